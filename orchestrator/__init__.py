@@ -1,0 +1,4 @@
+"""The campaign engine: persisted todo state, a dependency-ordered runner, host transports.
+
+Nothing in this package knows about vLLM; the phases live in ``tasks/``.
+"""

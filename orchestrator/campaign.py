@@ -1,0 +1,115 @@
+"""What the engine runs: task specs, the resources tasks need, and the report hook.
+
+A task says what it needs (dependencies; resources such as "the service is up" or "the
+accelerators are free"), what it produces (a result dict with figures and artifact paths) and
+how to run. It must be safe to run again: a crash mid-run means it runs again on resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from orchestrator.errors import InputError, OrchestrateError
+from orchestrator.schema import Priority, TodoState
+
+
+class TaskSkipped(OrchestrateError):
+    """Raised by a task that does not apply here (e.g. a GPU path on a CPU host)."""
+
+
+@dataclass
+class TaskContext:
+    """What a running task may use. ``facts`` holds what ensuring its needs reported."""
+
+    task_id: str
+    artifacts_dir: Path
+    state: TodoState
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    log: Callable[[str], None] = print
+
+    def result_of(self, task_id: str) -> dict[str, Any]:
+        todo = self.state.by_id()[task_id]
+        return todo.result or {}
+
+
+class Need(Protocol):
+    """A resource a task needs held while it runs, e.g. the server up, or the GPUs free."""
+
+    name: str
+    conflicts: frozenset[str]
+
+    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+        """Make the resource hold (idempotently); return facts about it for the task."""
+
+    def finish(self) -> None:
+        """The campaign is over: give back what we took (e.g. stop a server we started)."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    id: str
+    content: str
+    kind: str
+    action: Callable[[TaskContext], dict[str, Any]]
+    depends_on: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    priority: Priority = Priority.medium
+
+
+@dataclass
+class Campaign:
+    name: str
+    tasks: list[TaskSpec]
+    needs: dict[str, Need] = field(default_factory=dict)
+    artifacts_dir: Path = Path("state/artifacts")
+    report: Callable[[TodoState], list[Path]] | None = None
+    max_attempts: int = 3
+
+
+def validate_graph(campaign: Campaign) -> None:
+    """Check the task graph before anything touches a host (doit's habit).
+
+    Duplicate ids, unknown dependencies or needs, and cycles are errors; a cycle prints its
+    path ``a -> b -> a``.
+    """
+    ids: dict[str, TaskSpec] = {}
+    for spec in campaign.tasks:
+        if spec.id in ids:
+            raise InputError(f"campaign {campaign.name}: task id '{spec.id}' is declared twice")
+        ids[spec.id] = spec
+    for spec in campaign.tasks:
+        for dep in spec.depends_on:
+            if dep not in ids:
+                raise InputError(
+                    f"campaign {campaign.name}: task '{spec.id}' depends on unknown task '{dep}'"
+                )
+        for need in spec.needs:
+            if need not in campaign.needs:
+                raise InputError(
+                    f"campaign {campaign.name}: task '{spec.id}' needs unknown resource '{need}'"
+                    f" (known: {', '.join(sorted(campaign.needs)) or 'none'})"
+                )
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(ids, white)
+    path: list[str] = []
+
+    def visit(task_id: str) -> None:
+        colour[task_id] = grey
+        path.append(task_id)
+        for dep in ids[task_id].depends_on:
+            if colour[dep] == grey:
+                cycle = path[path.index(dep) :] + [dep]
+                raise InputError(
+                    f"campaign {campaign.name}: dependency cycle {' -> '.join(cycle)}"
+                )
+            if colour[dep] == white:
+                visit(dep)
+        path.pop()
+        colour[task_id] = black
+
+    for task_id in ids:
+        if colour[task_id] == white:
+            visit(task_id)

@@ -1,0 +1,126 @@
+"""`orchestrate`: a thin CLI over the engine. Every error is one line and a documented exit code.
+
+Exit codes: 0 done; 1 a task failed (`resume` retries it); 2 bad input (config, state file,
+trace, arguments); 3 the state is locked by another orchestrate; 4 the host could not be
+reached or refused us; 130 interrupted (state saved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from orchestrator.errors import InputError, Interrupted, OrchestrateError
+from orchestrator.schema import TodoState
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orchestrate", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, help="campaign TOML (default: ./campaign.toml, else the embedded default)")
+    parser.add_argument("--state", type=Path, default=Path("state/todo.json"), help="todo state file")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="folder for findings documents")
+    sub = parser.add_subparsers(dest="command", required=True)
+    init = sub.add_parser("init", help="write the campaign's todo file")
+    init.add_argument("--force", action="store_true", help="start over; the old file is kept as .bak")
+    sub.add_parser("resume", help="run the campaign from where its todo file stands")
+    sub.add_parser("status", help="print the todo table")
+    reset = sub.add_parser("reset", help="re-queue a todo and everything that depends on it")
+    reset.add_argument("task")
+    sub.add_parser("report", help="regenerate the findings document now")
+    sub.add_parser("schema", help="print the JSON Schema of the todo file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return 2 if exit_.code not in (0, None) else 0
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on",
+              file=sys.stderr)
+        return Interrupted.exit_code
+    except OrchestrateError as err:
+        print(f"orchestrate: error: {err}", file=sys.stderr)
+        tail = getattr(err, "output_tail", "")
+        if tail:
+            print("--- last lines ---\n" + tail, file=sys.stderr)
+        return err.exit_code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "schema":
+        print(json.dumps(TodoState.model_json_schema(), indent=2))
+        return 0
+    from orchestrator.statefile import StateLock, load_state, save_state
+    from tasks.config import load_config
+    from tasks.plan import build_campaign
+    from tasks.session import Session
+
+    if args.command == "status":
+        state = load_state(args.state)
+        if state is None:
+            raise InputError(f"{args.state}: no state yet; run `orchestrate init` or `orchestrate resume`")
+        _print_status(state)
+        return 0
+
+    config, source = load_config(args.config)
+    session = Session(config=config, state_path=args.state, reports_dir=args.reports)
+    campaign = build_campaign(session)
+    from orchestrator.campaign import validate_graph
+    from orchestrator.runner import Runner, merge_plan, reset
+
+    validate_graph(campaign)
+    try:
+        if args.command == "init":
+            with StateLock(args.state):
+                if args.state.exists():
+                    if not args.force:
+                        raise InputError(f"{args.state}: already exists; `orchestrate resume` goes on"
+                                         " from it, `orchestrate init --force` starts over")
+                    backup = args.state.with_name(args.state.name + ".bak")
+                    args.state.replace(backup)
+                    print(f"previous state kept as {backup}")
+                save_state(args.state, merge_plan(campaign, None, args.state))
+            print(f"wrote {args.state} ({len(campaign.tasks)} todos, config: {source})")
+            return 0
+        if args.command == "reset":
+            ids = reset(campaign, args.state, args.task)
+            print(f"re-queued: {', '.join(ids)}")
+            return 0
+        if args.command == "report":
+            state = load_state(args.state)
+            if state is None:
+                raise InputError(f"{args.state}: no state yet; run `orchestrate resume` first")
+            for path in campaign.report(state) if campaign.report else []:
+                print(f"report written: {path}")
+            return 0
+        print(f"campaign '{campaign.name}' (config: {source}), state: {args.state}")
+        state = Runner(campaign, args.state).resume()
+        _print_status(state)
+        return 0
+    finally:
+        session.close()
+
+
+def _print_status(state: TodoState) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"campaign {state.campaign}")
+    for column in ("id", "content", "priority", "status", "attempts", "duration s", "error"):
+        table.add_column(column)
+    for todo in state.todos:
+        error = todo.error.message if todo.error else ""
+        table.add_row(todo.id, todo.content, todo.priority.value, todo.status.value,
+                      str(todo.attempts), f"{todo.duration_s:.1f}" if todo.duration_s is not None else "",
+                      error[:120])
+    Console(width=160).print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

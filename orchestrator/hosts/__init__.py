@@ -1,0 +1,1 @@
+"""Ways to reach the host the campaign runs on: this machine, or SSH."""

@@ -1,0 +1,152 @@
+"""The host interface the phases use without knowing how the host is reached.
+
+Transports implement ``_exec``, ``put`` and ``get``; detached processes, process-group stops
+and port checks are built here once from plain shell commands, so the local and SSH hosts
+behave the same way.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import CommandFailed
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def quote_command(argv: Sequence[str] | str) -> str:
+    """A list is quoted argument by argument; a string is passed to the shell as written."""
+    return argv if isinstance(argv, str) else shlex.join(argv)
+
+
+def env_prefix(env: Mapping[str, str] | None) -> str:
+    if not env:
+        return ""
+    return "env " + " ".join(shlex.quote(f"{key}={value}") for key, value in env.items()) + " "
+
+
+class Host(ABC):
+    """A machine we run commands on. Context manager: closes its connection on exit."""
+
+    name: str = "host"
+
+    @abstractmethod
+    def _exec(self, command: str, timeout_s: float | None) -> CommandResult: ...
+
+    @abstractmethod
+    def put(self, local_path: Path, remote_path: str) -> None: ...
+
+    @abstractmethod
+    def get(self, remote_path: str, local_path: Path) -> None:
+        """Copy a file here; a partial earlier copy is resumed, not restarted."""
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- built on _exec -------------------------------------------------------------------
+    def run(
+        self,
+        argv: Sequence[str] | str,
+        timeout_s: float | None = 600,
+        check: bool = True,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> CommandResult:
+        command = quote_command(argv)
+        if env:
+            exports = " ".join(shlex.quote(f"{key}={value}") for key, value in env.items())
+            command = f"export {exports}; {command}"
+        if cwd:
+            command = f"cd {shlex.quote(cwd)} && {command}"
+        result = self._exec(command, timeout_s)
+        if check and result.exit_code != 0:
+            raise CommandFailed(self.name, command, result.exit_code, result.stdout, result.stderr)
+        return result
+
+    def start_detached(
+        self,
+        argv: Sequence[str],
+        log_path: str,
+        pid_path: str,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> int:
+        """Start ``argv`` in a new session (its pid is its process group) that outlives us.
+
+        Outliving the orchestrator is the point: a controller crash must not kill a server
+        that took 30 minutes to load; `resume` adopts it.
+        """
+        inner = env_prefix(env) + quote_command(argv)
+        if cwd:
+            inner = f"cd {shlex.quote(cwd)} && exec {inner}"
+        else:
+            inner = f"exec {inner}"
+        script = (
+            f"mkdir -p $(dirname {shlex.quote(log_path)}) $(dirname {shlex.quote(pid_path)}) && "
+            f"setsid sh -c {shlex.quote(inner)} > {shlex.quote(log_path)} 2>&1 < /dev/null & "
+            f"echo $! > {shlex.quote(pid_path)}; echo $!"
+        )
+        result = self.run(script, timeout_s=30)
+        return int(result.stdout.strip().splitlines()[-1])
+
+    def read_pid(self, pid_path: str) -> int | None:
+        result = self.run(f"cat {shlex.quote(pid_path)} 2>/dev/null", check=False, timeout_s=30)
+        text = result.stdout.strip()
+        return int(text) if text.isdigit() else None
+
+    def is_alive(self, pid: int) -> bool:
+        # A zombie still answers kill -0; ps says Z for it, and a zombie is not running.
+        result = self.run(f"ps -o stat= -p {int(pid)}", check=False, timeout_s=30)
+        stat = result.stdout.strip()
+        return result.exit_code == 0 and bool(stat) and not stat.startswith("Z")
+
+    def group_pids(self, pgid: int) -> list[int]:
+        result = self.run(f"ps -e -o pid=,pgid=,stat=", check=False, timeout_s=30)
+        pids = []
+        for line in result.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[1] == str(pgid) and not parts[2].startswith("Z"):
+                pids.append(int(parts[0]))
+        return pids
+
+    def stop_group(self, pgid: int, grace_s: float = 30) -> bool:
+        """SIGTERM the process group, wait up to ``grace_s``, then SIGKILL. True if it is gone."""
+        self.run(f"kill -TERM -- -{int(pgid)}", check=False, timeout_s=30)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self.group_pids(pgid):
+                return True
+            time.sleep(0.5)
+        self.run(f"kill -KILL -- -{int(pgid)}", check=False, timeout_s=30)
+        time.sleep(0.5)
+        return not self.group_pids(pgid)
+
+    def port_open(self, port: int) -> bool:
+        probe = (
+            "import socket,sys; s=socket.socket(); s.settimeout(1);"
+            f" sys.exit(0 if s.connect_ex(('127.0.0.1', {int(port)})) == 0 else 1)"
+        )
+        return self.run(["python3", "-c", probe], check=False, timeout_s=30).exit_code == 0
+
+    def read_text(self, path: str, max_bytes: int = 4_000_000) -> str:
+        """The last ``max_bytes`` of a text file on the host ('' if it does not exist)."""
+        result = self.run(f"tail -c {int(max_bytes)} {shlex.quote(path)} 2>/dev/null",
+                          check=False, timeout_s=60)
+        return result.stdout

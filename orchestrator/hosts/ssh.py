@@ -1,0 +1,257 @@
+"""A remote host over SSH with paramiko: one reused connection, verified host keys.
+
+- `~/.ssh/config` is honoured through paramiko's SSHConfig (Host alias, HostName, User, Port,
+  IdentityFile, ProxyJump with one hop).
+- Host keys are checked against known_hosts; an unknown or changed key is refused with the
+  fingerprint and how to trust it deliberately. Nothing is ever auto-added.
+- A dropped connection is re-made with the `reconnect` retry policy, so a campaign survives
+  an sshd restart or a network blip.
+- Downloads are resumable: a `.part` file grows until it matches the remote size.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+
+from orchestrator.errors import HostError, HostKeyError
+from orchestrator.hosts.base import CommandResult, Host
+from orchestrator.retry import reconnect_policy
+
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass
+class SSHTarget:
+    """Where to connect, after `~/.ssh/config` has been applied."""
+
+    alias: str
+    hostname: str
+    port: int = 22
+    user: str | None = None
+    identity_files: list[str] = field(default_factory=list)
+    proxy_jump: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    ssh_config: str | None = "~/.ssh/config"
+    connect_timeout_s: float = 15
+    keepalive_s: int = 15
+
+
+def resolve_target(target: SSHTarget) -> SSHTarget:
+    """Fill hostname/user/port/identity/proxy from the SSH config file when one exists."""
+    if not target.ssh_config:
+        return target
+    path = Path(target.ssh_config).expanduser()
+    if not path.exists():
+        return target
+    looked_up = paramiko.SSHConfig.from_path(str(path)).lookup(target.alias)
+    return SSHTarget(
+        alias=target.alias,
+        hostname=looked_up.get("hostname", target.hostname),
+        port=int(looked_up.get("port", target.port)),
+        user=looked_up.get("user", target.user),
+        identity_files=target.identity_files or list(looked_up.get("identityfile", [])),
+        proxy_jump=looked_up.get("proxyjump", target.proxy_jump),
+        known_hosts=target.known_hosts,
+        ssh_config=target.ssh_config,
+        connect_timeout_s=target.connect_timeout_s,
+        keepalive_s=target.keepalive_s,
+    )
+
+
+class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
+    def __init__(self, known_hosts: str) -> None:
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+        fingerprint = key.fingerprint  # "SHA256:..."
+        raise HostKeyError(
+            f"host key of {hostname} ({key.get_name()} {fingerprint}) is not in {self.known_hosts};"
+            f" check the fingerprint with the host's owner, then trust it deliberately:"
+            f" ssh-keyscan -p PORT HOST >> {self.known_hosts}"
+        )
+
+
+class SSHHost(Host):
+    def __init__(self, target: SSHTarget) -> None:
+        self.target = resolve_target(target)
+        self.name = self.target.alias
+        self._client: paramiko.SSHClient | None = None
+        self._jump: SSHHost | None = None
+        self.connects = 0  # how many connections were made: reuse is measurable
+
+    # -- connection -----------------------------------------------------------------------
+    def _connect(self) -> paramiko.SSHClient:
+        target = self.target
+        client = paramiko.SSHClient()
+        known_hosts = str(Path(target.known_hosts).expanduser())
+        if os.path.exists(known_hosts):
+            client.load_host_keys(known_hosts)
+        client.set_missing_host_key_policy(_RefuseUnknownKey(target.known_hosts))
+        sock = None
+        if target.proxy_jump:
+            self._jump = SSHHost(SSHTarget(alias=target.proxy_jump, hostname=target.proxy_jump,
+                                           known_hosts=target.known_hosts,
+                                           ssh_config=target.ssh_config))
+            sock = self._jump.client().get_transport().open_channel(
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0)
+            )
+        try:
+            client.connect(
+                target.hostname,
+                port=target.port,
+                username=target.user,
+                key_filename=[str(Path(p).expanduser()) for p in target.identity_files] or None,
+                timeout=target.connect_timeout_s,
+                banner_timeout=target.connect_timeout_s,
+                auth_timeout=target.connect_timeout_s,
+                look_for_keys=not target.identity_files,
+                allow_agent=not target.identity_files,
+                sock=sock,
+            )
+        except paramiko.BadHostKeyException as err:
+            raise HostKeyError(
+                f"host key of {target.hostname}:{target.port} CHANGED (got {err.key.get_name()}"
+                f" {err.key.fingerprint}, {target.known_hosts} expects {err.expected_key.fingerprint});"
+                " this may be an attack; if the host was reinstalled, remove the old key with"
+                f" `ssh-keygen -R '[{target.hostname}]:{target.port}' -f {target.known_hosts}`"
+                " and add the new one after checking it"
+            ) from None
+        except paramiko.AuthenticationException as err:
+            raise HostError(
+                f"ssh {target.user or ''}@{target.hostname}:{target.port}: authentication failed"
+                f" ({err}); check User/IdentityFile for '{target.alias}'"
+            ) from None
+        transport = client.get_transport()
+        assert transport is not None
+        transport.set_keepalive(target.keepalive_s)
+        self.connects += 1
+        return client
+
+    def client(self) -> paramiko.SSHClient:
+        """The live connection, made on first use and re-made when it has dropped."""
+        transport = self._client.get_transport() if self._client else None
+        if transport is not None and transport.is_active():
+            return self._client  # type: ignore[return-value]
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+        def attempt() -> paramiko.SSHClient:
+            return self._connect()
+
+        self._client = reconnect_policy(self.name)(attempt)()
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._jump is not None:
+            self._jump.close()
+
+    # -- commands -------------------------------------------------------------------------
+    def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
+        # A connection that died between commands is re-made once here; one that dies
+        # during a command fails that command (it may have had effects), and the caller's
+        # own retry policy decides.
+        for attempt in range(2):
+            try:
+                return self._exec_once(command, timeout_s)
+            except (paramiko.SSHException, EOFError, OSError) as err:
+                if isinstance(err, HostError) or attempt == 1:
+                    raise HostError(f"ssh {self.name}: connection lost running `{command[:80]}`"
+                                    f" ({type(err).__name__}: {err})") from None
+                self._drop()
+        raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def _exec_once(self, command: str, timeout_s: float | None) -> CommandResult:
+        channel = self.client().get_transport().open_session()  # type: ignore[union-attr]
+        channel.exec_command(command)
+        stdout, stderr = bytearray(), bytearray()
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        while True:
+            progressed = False
+            while channel.recv_ready():
+                stdout += channel.recv(CHUNK_BYTES)
+                progressed = True
+            while channel.recv_stderr_ready():
+                stderr += channel.recv_stderr(CHUNK_BYTES)
+                progressed = True
+            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
+                break
+            if channel.closed and not progressed:
+                raise EOFError("channel closed before the command's exit status arrived")
+            if deadline and time.monotonic() > deadline:
+                channel.close()
+                return CommandResult(command, 124, stdout.decode(errors="replace"),
+                                     f"timed out after {timeout_s} s")
+            if not progressed:
+                # Block briefly on the channel instead of spinning.
+                channel.status_event.wait(0.005)
+        code = channel.recv_exit_status()
+        channel.close()
+        return CommandResult(command, code, stdout.decode(errors="replace"),
+                             stderr.decode(errors="replace"))
+
+    # -- files ----------------------------------------------------------------------------
+    def _sftp(self) -> paramiko.SFTPClient:
+        return self.client().open_sftp()
+
+    def put(self, local_path: Path, remote_path: str) -> None:
+        sftp = self._sftp()
+        try:
+            parent = os.path.dirname(remote_path)
+            if parent:
+                self.run(["mkdir", "-p", parent], timeout_s=30)
+            sftp.put(str(local_path), remote_path)
+        finally:
+            sftp.close()
+
+    def get(self, remote_path: str, local_path: Path) -> None:
+        """Resumable download: bytes already in ``local_path.part`` are not fetched again."""
+        local_path = Path(local_path)
+        local_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = local_path.with_name(local_path.name + ".part")
+        sftp = self._sftp()
+        try:
+            size = sftp.stat(remote_path).st_size
+            if size is None or stat.S_ISDIR(sftp.stat(remote_path).st_mode or 0):
+                raise HostError(f"{self.name}:{remote_path} is not a regular file")
+            have = partial.stat().st_size if partial.exists() else 0
+            if have > size:
+                partial.unlink()
+                have = 0
+            with sftp.open(remote_path, "rb") as remote, open(partial, "ab") as out:
+                remote.seek(have)
+                remote.prefetch(size - have)
+                while have < size:
+                    chunk = remote.read(min(CHUNK_BYTES, size - have))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    have += len(chunk)
+            if have != size:
+                raise HostError(f"{self.name}:{remote_path}: got {have} of {size} bytes; run again to resume")
+            os.replace(partial, local_path)
+        finally:
+            sftp.close()
+
+
+def socket_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False

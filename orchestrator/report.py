@@ -1,0 +1,65 @@
+"""The engine's part of every findings document: the task table, and human notes kept verbatim.
+
+The document is regenerated after every complete run; a section headed `## Human notes` is
+located with markdown-it-py's token map and carried over byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+from orchestrator.schema import TodoState
+
+HUMAN_NOTES_HEADING = "## Human notes"
+HUMAN_NOTES_PLACEHOLDER = (
+    "_Write here. This section is kept verbatim every time the document is regenerated._\n"
+)
+
+
+def md_table(header: list[str], rows: list[list[object]]) -> str:
+    def cell(value: object) -> str:
+        return str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def task_table(state: TodoState) -> str:
+    """Same columns as the todos (and as `orchestrate status`)."""
+    rows = []
+    for todo in state.todos:
+        duration = f"{todo.duration_s:.1f}" if todo.duration_s is not None else ""
+        rows.append([todo.id, todo.content, todo.priority.value, todo.status.value, todo.attempts,
+                     duration, ", ".join(todo.depends_on), ", ".join(todo.needs)])
+    return md_table(["id", "content", "priority", "status", "attempts", "duration s",
+                     "depends on", "needs"], rows)
+
+
+def existing_human_notes(document_path: Path) -> str:
+    """The body of the human-notes section of the current document, or the placeholder."""
+    if not document_path.exists():
+        return HUMAN_NOTES_PLACEHOLDER
+    text = document_path.read_text()
+    lines = text.splitlines(keepends=True)
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    start = end = None
+    for index, token in enumerate(tokens):
+        if token.type != "heading_open" or token.map is None:
+            continue
+        title = tokens[index + 1].content.strip()
+        if start is not None and token.tag in ("h1", "h2"):
+            end = token.map[0]
+            break
+        if token.tag == "h2" and title == HUMAN_NOTES_HEADING[3:]:
+            start = token.map[1]
+    if start is None:
+        return HUMAN_NOTES_PLACEHOLDER
+    return "".join(lines[start : end if end is not None else len(lines)]).strip("\n") + "\n"
+
+
+def render_html(markdown_text: str) -> str:
+    body = MarkdownIt("commonmark").enable("table").render(markdown_text)
+    return f"<!doctype html><meta charset='utf-8'><title>findings</title>\n{body}"

@@ -1,0 +1,55 @@
+"""Every retry policy of the tool, defined once, each with its condition, backoff and limit.
+
+When a policy gives up, the final error says how many attempts were made and for how long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import paramiko
+import tenacity
+
+from orchestrator.errors import HostError, HostKeyError
+
+
+def _give_up(what: str) -> Callable[[tenacity.RetryCallState], Any]:
+    def callback(state: tenacity.RetryCallState) -> Any:
+        last = state.outcome.exception() if state.outcome else None
+        raise HostError(
+            f"{what}: gave up after {state.attempt_number} attempts over"
+            f" {state.seconds_since_start:.0f} s; last error: {type(last).__name__}: {last}"
+        ) from None
+
+    return callback
+
+
+def _is_transient_connect_error(error: BaseException) -> bool:
+    # Host-key and authentication refusals are decisions, not blips: never retried.
+    if isinstance(error, HostKeyError | paramiko.AuthenticationException | paramiko.BadHostKeyException):
+        return False
+    if isinstance(error, HostError):
+        return False
+    return isinstance(error, OSError | EOFError | paramiko.SSHException)
+
+
+def reconnect_policy(host: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+    """(Re)connect over SSH: exponential backoff 0.5 s -> 10 s, up to 12 attempts (~1.5 min)."""
+    return tenacity.retry(
+        retry=tenacity.retry_if_exception(_is_transient_connect_error),
+        wait=tenacity.wait_exponential(multiplier=0.5, max=10),
+        stop=tenacity.stop_after_attempt(12),
+        retry_error_callback=_give_up(f"ssh connect to {host}"),
+        reraise=False,
+    )
+
+
+def poll_policy(what: str, deadline_s: float, interval_s: float = 0.5) -> tenacity.Retrying:
+    """Poll until a condition is met: fixed short interval (readiness seen quickly), a deadline."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_result(lambda ok: not ok),
+        wait=tenacity.wait_fixed(interval_s),
+        stop=tenacity.stop_after_delay(deadline_s),
+        retry_error_callback=lambda state: False,
+    )

@@ -1,0 +1,248 @@
+"""Drive the todo state like a state machine until every task is done or one fails.
+
+Order: a ready task (its dependencies completed or skipped) whose needs already hold goes
+first, then one with no needs, then by priority and declaration order. Grouping by held
+resource is what keeps the server loaded once per campaign: every task that needs the service
+runs while it is up, before a task that needs the accelerators free stops it.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.campaign import Campaign, TaskContext, TaskSkipped, TaskSpec, validate_graph
+from orchestrator.errors import InputError, Interrupted, OrchestrateError, TaskFailed, tail_lines
+from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, now
+from orchestrator.statefile import StateLock, load_state, save_state
+
+PRIORITY_RANK = {Priority.high: 0, Priority.medium: 1, Priority.low: 2}
+DONE = (Status.completed, Status.skipped)
+
+
+def todo_from_spec(spec: TaskSpec) -> Todo:
+    return Todo(
+        id=spec.id,
+        content=spec.content,
+        priority=spec.priority,
+        kind=spec.kind,
+        depends_on=list(spec.depends_on),
+        needs=list(spec.needs),
+    )
+
+
+def merge_plan(campaign: Campaign, state: TodoState | None, state_path: Path) -> TodoState:
+    """The campaign's todos with the progress recorded in ``state``.
+
+    New tasks are added as pending; a recorded task the campaign no longer declares is an
+    error (its results would silently vanish from the report).
+    """
+    if state is None:
+        return TodoState(campaign=campaign.name, todos=[todo_from_spec(s) for s in campaign.tasks])
+    if state.campaign != campaign.name:
+        raise InputError(
+            f"{state_path}: field 'campaign': holds campaign '{state.campaign}', the config says"
+            f" '{campaign.name}'; use --state for another file or `orchestrate init --force`"
+        )
+    recorded = state.by_id()
+    declared = {spec.id for spec in campaign.tasks}
+    unknown = [todo_id for todo_id in recorded if todo_id not in declared]
+    if unknown:
+        raise InputError(
+            f"{state_path}: todo '{unknown[0]}' is not in the campaign's config; restore the"
+            " config that made it or start over with `orchestrate init --force`"
+        )
+    todos = []
+    for spec in campaign.tasks:
+        fresh = todo_from_spec(spec)
+        old = recorded.get(spec.id)
+        if old is not None:
+            fresh = old.model_copy(
+                update={
+                    "content": spec.content,
+                    "priority": spec.priority,
+                    "kind": spec.kind,
+                    "depends_on": list(spec.depends_on),
+                    "needs": list(spec.needs),
+                }
+            )
+        todos.append(fresh)
+    return state.model_copy(update={"todos": todos})
+
+
+def dependents_of(state: TodoState, task_id: str) -> list[str]:
+    """``task_id`` and every todo that depends on it, directly or not, in file order."""
+    selected = {task_id}
+    changed = True
+    while changed:
+        changed = False
+        for todo in state.todos:
+            if todo.id not in selected and selected.intersection(todo.depends_on):
+                selected.add(todo.id)
+                changed = True
+    return [todo.id for todo in state.todos if todo.id in selected]
+
+
+class Runner:
+    def __init__(
+        self,
+        campaign: Campaign,
+        state_path: Path,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.campaign = campaign
+        self.state_path = state_path
+        self.log = log
+        self.specs = {spec.id: spec for spec in campaign.tasks}
+        self.held: set[str] = set()
+        self.facts: dict[str, dict[str, Any]] = {}
+
+    # -- the loop ---------------------------------------------------------------------------
+    def resume(self) -> TodoState:
+        validate_graph(self.campaign)
+        with StateLock(self.state_path), _sigterm_as_interrupt():
+            state = merge_plan(self.campaign, load_state(self.state_path), self.state_path)
+            for todo in state.todos:
+                if todo.status == Status.failed:
+                    todo.status = Status.pending  # `resume` retries failed tasks
+            save_state(self.state_path, state)
+            while (todo := self._next(state)) is not None:
+                self._run_one(state, todo)
+            self._finish(state)
+            return state
+
+    def _next(self, state: TodoState) -> Todo | None:
+        status = {todo.id: todo.status for todo in state.todos}
+        ready = [
+            todo
+            for todo in state.todos
+            if todo.status in (Status.pending, Status.in_progress)
+            and all(status[dep] in DONE for dep in todo.depends_on)
+        ]
+        if not ready:
+            blocked = [t.id for t in state.todos if t.status not in DONE]
+            if blocked:
+                raise TaskFailed(f"todos {', '.join(blocked)} can never run: a dependency failed")
+            return None
+        order = {todo.id: index for index, todo in enumerate(state.todos)}
+
+        def rank(todo: Todo) -> tuple[int, int, int]:
+            if todo.needs and set(todo.needs) <= self.held:
+                group = 0
+            elif not todo.needs:
+                group = 1
+            else:
+                group = 2
+            return (group, PRIORITY_RANK[todo.priority], order[todo.id])
+
+        return min(ready, key=rank)
+
+    def _run_one(self, state: TodoState, todo: Todo) -> None:
+        spec = self.specs[todo.id]
+        if todo.attempts >= self.campaign.max_attempts:
+            todo.status = Status.failed
+            todo.error = TodoError(
+                message=f"gave up after {todo.attempts} attempts; fix the cause, then"
+                f" `orchestrate reset {todo.id}` and `orchestrate resume`",
+                kind="AttemptsExhausted",
+                output_tail=todo.error.output_tail if todo.error else "",
+            )
+            save_state(self.state_path, state)
+            raise TaskFailed(f"todo '{todo.id}': {todo.error.message}")
+        todo.status = Status.in_progress
+        todo.attempts += 1
+        todo.started_at = now()
+        todo.finished_at = None
+        save_state(self.state_path, state)
+        self.log(f"[{todo.id}] {todo.content} (attempt {todo.attempts})")
+        started = time.monotonic()
+        ctx = TaskContext(
+            task_id=todo.id,
+            artifacts_dir=self.campaign.artifacts_dir / todo.id,
+            state=state,
+            log=lambda line: self.log(f"[{todo.id}] {line}"),
+        )
+        try:
+            for need in spec.needs:
+                self._ensure(need, ctx)
+            ctx.facts = {need: self.facts.get(need, {}) for need in spec.needs}
+            result = spec.action(ctx)
+        except TaskSkipped as skip:
+            self._close(state, todo, started, Status.skipped, result={"skipped": str(skip)})
+            self.log(f"[{todo.id}] skipped: {skip}")
+            return
+        except KeyboardInterrupt:
+            # Back to pending: the attempt did not fail, the user stopped it.
+            self._close(state, todo, started, Status.pending)
+            todo.started_at = None
+            save_state(self.state_path, state)
+            raise Interrupted(
+                f"interrupted during '{todo.id}'; state saved to {self.state_path},"
+                " `orchestrate resume` goes on from there"
+            ) from None
+        except Exception as err:  # noqa: BLE001 - every failure is recorded, then re-raised
+            tail = getattr(err, "output_tail", "") or ""
+            todo.error = TodoError(message=str(err) or repr(err), kind=type(err).__name__,
+                                   output_tail=tail_lines(tail, 40))
+            self._close(state, todo, started, Status.failed)
+            if isinstance(err, OrchestrateError):
+                raise
+            raise TaskFailed(f"todo '{todo.id}' failed: {type(err).__name__}: {err}",
+                             output_tail=tail) from err
+        self._close(state, todo, started, Status.completed, result=result)
+        self.log(f"[{todo.id}] completed in {todo.duration_s:.1f} s")
+
+    def _close(self, state: TodoState, todo: Todo, started: float, status: Status,
+               result: dict[str, Any] | None = None) -> None:
+        todo.status = status
+        todo.finished_at = now()
+        todo.duration_s = round(time.monotonic() - started, 3)
+        if status in DONE:
+            todo.error = None
+            todo.result = result or {}
+        save_state(self.state_path, state)
+
+    def _ensure(self, name: str, ctx: TaskContext) -> None:
+        need = self.campaign.needs[name]
+        self.facts[name] = need.ensure(ctx)
+        self.held -= need.conflicts
+        self.held.add(name)
+
+    def _finish(self, state: TodoState) -> None:
+        for need in self.campaign.needs.values():
+            need.finish()
+        self.held.clear()
+        if self.campaign.report is not None:
+            for path in self.campaign.report(state):
+                self.log(f"report written: {path}")
+
+
+def reset(campaign: Campaign, state_path: Path, task_id: str) -> list[str]:
+    """Re-queue ``task_id`` and everything that depends on it; returns the ids re-queued."""
+    with StateLock(state_path):
+        state = merge_plan(campaign, load_state(state_path), state_path)
+        if task_id not in state.by_id():
+            known = ", ".join(todo.id for todo in state.todos)
+            raise InputError(f"{state_path}: no todo '{task_id}' (known: {known})")
+        ids = dependents_of(state, task_id)
+        for todo in state.todos:
+            if todo.id in ids:
+                todo.status, todo.attempts, todo.error = Status.pending, 0, None
+                todo.started_at = todo.finished_at = None
+                todo.duration_s, todo.result = None, None
+        save_state(state_path, state)
+        return ids
+
+
+class _sigterm_as_interrupt:
+    """SIGTERM behaves like Ctrl-C, so `kill` also leaves a consistent state."""
+
+    def __enter__(self) -> None:
+        self._previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.signal(signal.SIGTERM, self._previous)

@@ -1,0 +1,83 @@
+"""Load, save and lock `state/todo.json`.
+
+Saved after every transition (never only at the end) with an atomic rename, so SIGKILL at any
+moment leaves a file that loads. A file that cannot be read is never overwritten: the error
+names it and says how to recover.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from orchestrator.atomic import write_atomic
+from orchestrator.errors import InputError, StateLocked
+from orchestrator.schema import TodoState, now
+from orchestrator.validation import one_line
+
+
+def load_state(path: Path) -> TodoState | None:
+    """The state at ``path``, or None when there is none yet."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    fix = f"fix or move it aside (e.g. `mv {path} {path}.bad`) and run `orchestrate init`"
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise InputError(f"{path}: not valid JSON ({err}); {fix}") from None
+    if isinstance(document, dict) and document.get("schema_version") not in (None, 1):
+        raise InputError(
+            f"{path}: field 'schema_version': unsupported version {document['schema_version']!r}"
+            f" (this orchestrate reads 1); use the orchestrate that wrote it, or {fix}"
+        )
+    try:
+        return TodoState.model_validate(document)
+    except ValidationError as err:
+        raise InputError(one_line(err, path, fix)) from None
+
+
+def save_state(path: Path, state: TodoState) -> None:
+    state.updated_at = now()
+    write_atomic(path, orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+
+
+class StateLock:
+    """An exclusive, advisory lock beside the state file, released by the kernel if we die.
+
+    flock dies with the process, so a SIGKILLed orchestrator never leaves a stale lock; the
+    holder's pid is written inside so the refusal can name it.
+    """
+
+    def __init__(self, state_path: Path) -> None:
+        self.path = state_path.with_name(state_path.name + ".lock")
+        self._fd: int | None = None
+
+    def __enter__(self) -> StateLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StateLocked(
+                f"{self.path.with_suffix('')}: another orchestrate (pid {holder}) is running on this"
+                " state; wait for it to finish or stop it first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

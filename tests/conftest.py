@@ -1,0 +1,38 @@
+"""Shared fixtures. Tests never read the developer's own ~/.ssh: HOME is a temp folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
+    """Run the real `orchestrate` CLI as a user would, in its own process."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str]]],
+                           name: str = "quick") -> Path:
+    """A campaign of plain command tasks: (id, shell command, dependencies) each."""
+    lines = ["[campaign]", f'name = "{name}"', "phases = []", ""]
+    for task_id, command, depends_on in commands:
+        deps = ", ".join(f'"{dep}"' for dep in depends_on)
+        lines += ["[[commands]]", f'id = "{task_id}"', f'content = "run {task_id}"',
+                  "run = '''" + command + "'''", f"depends_on = [{deps}]", ""]
+    path = folder / "campaign.toml"
+    path.write_text("\n".join(lines))
+    return path

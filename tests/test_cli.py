@@ -1,0 +1,162 @@
+"""The real `orchestrate` CLI in its own process: crash safety, the lock, bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import run_cli, write_command_campaign
+
+from orchestrator.statefile import load_state
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp_path: Path) -> None:
+    # Each task appends its id to runs.log when it starts its real work, then sleeps a bit,
+    # so kills land before, inside and after tasks, and during state writes.
+    runs = tmp_path / "runs.log"
+    commands = []
+    for index in range(60):
+        deps = [f"t{index - 1}"] if index else []
+        commands.append((f"t{index}", f"echo t{index} >> {runs}; sleep 0.{random.randint(1, 3)}", deps))
+    write_command_campaign(tmp_path, commands)
+    rng = random.Random(1234)
+    kills = 0
+    completed_before: list[tuple[set[str], int]] = []
+    while kills < 25:
+        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.05, 0.9))
+        if process.poll() is not None:
+            assert process.returncode == 0, process.stderr.read()
+            break
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        kills += 1
+        state = load_state(tmp_path / "state" / "todo.json")  # must always load
+        if state is not None:
+            done = {t.id for t in state.todos if t.status == "completed"}
+            lines = runs.read_text().count("\n") if runs.exists() else 0
+            completed_before.append((done, lines))
+    final = run_cli(["resume"], tmp_path)
+    assert final.returncode == 0, final.stderr
+    state = load_state(tmp_path / "state" / "todo.json")
+    assert all(t.status == "completed" for t in state.todos)
+    assert kills >= 20, f"only {kills} kills landed; the campaign is too quick for this test"
+    run_lines = runs.read_text().splitlines()
+    for done, line_count in completed_before:
+        rerun = done.intersection(run_lines[line_count:])
+        assert not rerun, f"completed todos ran again after a kill: {rerun}"
+
+
+def test_second_resume_on_the_same_state_is_refused_with_holder_pid(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("slow", "sleep 5", [])])
+    first = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        lock = tmp_path / "state" / "todo.json.lock"
+        for _ in range(100):
+            if lock.exists() and lock.read_text().strip():
+                break
+            time.sleep(0.05)
+        second = run_cli(["resume"], tmp_path)
+        assert second.returncode == 3
+        assert f"pid {first.pid}" in second.stderr
+        assert "Traceback" not in second.stderr
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_corrupt_state_one_line_exit_2_file_unchanged(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("a", "true", [])])
+    state = tmp_path / "state" / "todo.json"
+    state.parent.mkdir()
+    state.write_text('{"schema_version": 1, "campaign": "quick", "todos": [{"id": ')
+    before = _digest(state)
+    for command in (["status"], ["resume"], ["reset", "a"]):
+        result = run_cli(command, tmp_path)
+        assert result.returncode == 2, result
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "todo.json" in result.stderr and "Traceback" not in result.stderr
+        assert _digest(state) == before
+
+
+def test_unknown_schema_version_and_bad_field_are_named(tmp_path: Path) -> None:
+    state = tmp_path / "state" / "todo.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"schema_version": 9, "campaign": "x", "todos": []}))
+    result = run_cli(["status"], tmp_path)
+    assert result.returncode == 2 and "schema_version" in result.stderr and "9" in result.stderr
+    state.write_text(json.dumps({"schema_version": 1, "campaign": "x",
+                                 "todos": [{"id": "a", "content": "c", "kind": "k", "status": "done"}]}))
+    result = run_cli(["status"], tmp_path)
+    assert result.returncode == 2 and "todos.0.status" in result.stderr
+
+
+def test_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "campaign.toml"
+    cases = {
+        "[campaign]\nname = \"x\"\ncolour = \"red\"\n": "campaign.colour': unknown key",
+        "[campaign\n": "not valid TOML",
+        "[service]\ntensor_parallel = 0\n": "service.tensor_parallel",
+        "[host]\nkind = \"ssh\"\n": "host.alias",
+    }
+    for text, expected in cases.items():
+        config.write_text(text)
+        result = run_cli(["resume"], tmp_path)
+        assert result.returncode == 2, (text, result.stderr)
+        assert expected in result.stderr, (text, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "state" / "todo.json").exists()
+
+
+def test_cycle_in_config_prints_path(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("a", "true", ["b"]), ("b", "true", ["a"])])
+    result = run_cli(["resume"], tmp_path)
+    assert result.returncode == 2 and "a -> b -> a" in result.stderr
+
+
+def test_failed_command_keeps_output_tail_and_reset_then_resume(tmp_path: Path) -> None:
+    flag = tmp_path / "fixed"
+    write_command_campaign(tmp_path, [("probe", f"echo checking; test -e {flag} || (echo no flag >&2; exit 7)", []),
+                                      ("after", "echo after", ["probe"])])
+    result = run_cli(["resume"], tmp_path)
+    assert result.returncode == 1 and "exited 7" in result.stderr
+    todo = load_state(tmp_path / "state" / "todo.json").by_id()["probe"]
+    assert todo.status == "failed" and "no flag" in todo.error.output_tail
+    flag.touch()
+    assert run_cli(["resume"], tmp_path).returncode == 0
+    assert run_cli(["reset", "probe"], tmp_path).stdout.strip() == "re-queued: probe, after"
+    status = run_cli(["status"], tmp_path)
+    assert "pending" in status.stdout
+    report = (tmp_path / "reports" / "quick" / "findings.md").read_text()
+    assert "| probe | run probe | medium | completed | 2 |" in report
+
+
+def test_human_notes_survive_regeneration(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("a", "true", [])])
+    assert run_cli(["resume"], tmp_path).returncode == 0
+    document = tmp_path / "reports" / "quick" / "findings.md"
+    text = document.read_text()
+    mine = "We chose TP=8 because *reasons*.\n\n- keep this | pipe\n"
+    head, _, _ = text.partition("## Human notes")
+    document.write_text(head + "## Human notes\n\n" + mine)
+    assert run_cli(["report"], tmp_path).returncode == 0
+    assert document.read_text().endswith("## Human notes\n\n" + mine)
+
+
+def test_schema_command_prints_json_schema(tmp_path: Path) -> None:
+    result = run_cli(["schema"], tmp_path)
+    schema = json.loads(result.stdout)
+    assert set(schema["$defs"]["Todo"]["properties"]) >= {"content", "priority", "status", "depends_on",
+                                                         "attempts", "error", "result"}

@@ -1,0 +1,134 @@
+"""The engine on quick real command tasks: ordering, failure, resume, reset, needs grouping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.campaign import Campaign, TaskContext, TaskSpec, validate_graph
+from orchestrator.errors import InputError, TaskFailed
+from orchestrator.runner import Runner, reset
+from orchestrator.schema import Status
+from orchestrator.statefile import load_state
+
+
+def spec(task_id: str, action, depends_on=(), needs=()) -> TaskSpec:
+    return TaskSpec(id=task_id, content=f"do {task_id}", kind="test", action=action,
+                    depends_on=tuple(depends_on), needs=tuple(needs))
+
+
+def recorder(log: list[str], name: str, fail: bool = False):
+    def action(ctx: TaskContext) -> dict:
+        log.append(name)
+        if fail:
+            raise RuntimeError(f"{name} broke")
+        return {"ran": name}
+
+    return action
+
+
+def test_cycle_is_reported_with_its_path() -> None:
+    campaign = Campaign("c", [spec("a", None, ["c"]), spec("b", None, ["a"]), spec("c", None, ["b"])])
+    with pytest.raises(InputError, match=r"cycle a -> c -> b -> a"):
+        validate_graph(campaign)
+
+
+def test_unknown_dependency_is_named() -> None:
+    campaign = Campaign("c", [spec("a", None, ["nope"])])
+    with pytest.raises(InputError, match="'a' depends on unknown task 'nope'"):
+        validate_graph(campaign)
+
+
+def test_dependencies_order_and_results_are_saved(tmp_path: Path) -> None:
+    ran: list[str] = []
+    campaign = Campaign("c", [spec("late", recorder(ran, "late"), ["early"]),
+                              spec("early", recorder(ran, "early"))])
+    state = Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
+    assert ran == ["early", "late"]
+    saved = load_state(tmp_path / "todo.json")
+    assert [t.status for t in saved.todos] == [Status.completed, Status.completed]
+    assert saved.by_id()["late"].result == {"ran": "late"}
+    assert state.by_id()["early"].finished_at <= state.by_id()["late"].started_at
+
+
+def test_failure_stops_run_is_never_done_and_resume_retries(tmp_path: Path) -> None:
+    ran: list[str] = []
+    broken = {"yes": True}
+
+    def flaky(ctx: TaskContext) -> dict:
+        ran.append("flaky")
+        if broken["yes"]:
+            raise RuntimeError("disk full")
+        return {}
+
+    campaign = Campaign("c", [spec("flaky", flaky), spec("after", recorder(ran, "after"), ["flaky"])])
+    path = tmp_path / "todo.json"
+    with pytest.raises(TaskFailed, match="disk full"):
+        Runner(campaign, path, log=lambda _: None).resume()
+    saved = load_state(path).by_id()
+    assert saved["flaky"].status == Status.failed
+    assert saved["flaky"].error.message == "disk full"
+    assert saved["after"].status == Status.pending
+    broken["yes"] = False
+    Runner(campaign, path, log=lambda _: None).resume()
+    saved = load_state(path).by_id()
+    assert saved["flaky"].status == Status.completed and saved["flaky"].attempts == 2
+    assert saved["flaky"].error is None
+    assert ran == ["flaky", "flaky", "after"]
+
+
+def test_attempt_limit_gives_up_with_the_fix(tmp_path: Path) -> None:
+    campaign = Campaign("c", [spec("bad", recorder([], "bad", fail=True))], max_attempts=2)
+    path = tmp_path / "todo.json"
+    for _ in range(2):
+        with pytest.raises(TaskFailed):
+            Runner(campaign, path, log=lambda _: None).resume()
+    with pytest.raises(TaskFailed, match="gave up after 2 attempts.*orchestrate reset bad"):
+        Runner(campaign, path, log=lambda _: None).resume()
+    assert load_state(path).by_id()["bad"].attempts == 2
+
+
+def test_reset_requeues_task_and_its_dependents_only(tmp_path: Path) -> None:
+    ran: list[str] = []
+    campaign = Campaign("c", [spec("a", recorder(ran, "a")), spec("b", recorder(ran, "b"), ["a"]),
+                              spec("c", recorder(ran, "c"), ["b"]), spec("x", recorder(ran, "x"))])
+    path = tmp_path / "todo.json"
+    Runner(campaign, path, log=lambda _: None).resume()
+    assert reset(campaign, path, "b") == ["b", "c"]
+    ran.clear()
+    Runner(campaign, path, log=lambda _: None).resume()
+    assert ran == ["b", "c"]
+
+
+class CountingNeed:
+    """A resource that counts how often it is (re)acquired, like a model load."""
+
+    def __init__(self, name: str, conflicts: set[str], loads: list[str]) -> None:
+        self.name, self.conflicts, self.loads = name, frozenset(conflicts), loads
+
+    def ensure(self, ctx: TaskContext) -> dict:
+        if not self.loads or self.loads[-1] != self.name:
+            self.loads.append(self.name)
+        return {"held": self.name}
+
+    def finish(self) -> None:
+        return None
+
+
+def test_tasks_sharing_a_need_run_together_so_the_service_loads_once(tmp_path: Path) -> None:
+    loads: list[str] = []
+    ran: list[str] = []
+    needs = {"service": CountingNeed("service", {"free"}, loads),
+             "free": CountingNeed("free", {"service"}, loads)}
+    campaign = Campaign("c", [
+        spec("gemm", recorder(ran, "gemm"), needs=["free"]),
+        spec("ready", recorder(ran, "ready"), needs=["service"]),
+        spec("macro", recorder(ran, "macro"), ["ready"], needs=["service"]),
+        spec("allreduce", recorder(ran, "allreduce"), needs=["free"]),
+        spec("capture", recorder(ran, "capture"), ["macro"], needs=["service"]),
+        spec("analysis", recorder(ran, "analysis"), ["capture"]),
+    ], needs=needs)
+    Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
+    assert loads.count("service") == 1, loads
+    assert sorted(ran) == sorted(["gemm", "ready", "macro", "allreduce", "capture", "analysis"])
