@@ -99,7 +99,7 @@ class Host(ABC):
         else:
             inner = f"exec {inner}"
         script = (
-            f"mkdir -p $(dirname {shlex.quote(log_path)}) $(dirname {shlex.quote(pid_path)}) && "
+            f"mkdir -p \"$(dirname {shlex.quote(log_path)})\" \"$(dirname {shlex.quote(pid_path)})\" || exit 1\n"
             f"setsid sh -c {shlex.quote(inner)} > {shlex.quote(log_path)} 2>&1 < /dev/null & "
             f"echo $! > {shlex.quote(pid_path)}; echo $!"
         )
@@ -145,8 +145,37 @@ class Host(ABC):
         )
         return self.run(["python3", "-c", probe], check=False, timeout_s=30).exit_code == 0
 
+    def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
+        """GET a URL on the host's loopback: (status, body); status 0 = nothing answered."""
+        return http_get_via_shell(self, port, path, timeout_s)
+
     def read_text(self, path: str, max_bytes: int = 4_000_000) -> str:
         """The last ``max_bytes`` of a text file on the host ('' if it does not exist)."""
         result = self.run(f"tail -c {int(max_bytes)} {shlex.quote(path)} 2>/dev/null",
                           check=False, timeout_s=60)
         return result.stdout
+
+
+HTTP_PROBE = (
+    "import sys, urllib.request, urllib.error\n"
+    "try:\n"
+    "    r = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))\n"
+    "    code, body = r.status, r.read()\n"
+    "except urllib.error.HTTPError as e:\n"
+    "    code, body = e.code, e.read()\n"
+    "except Exception as e:\n"
+    "    code, body = 0, repr(e).encode()\n"
+    "sys.stdout.write(str(code) + '\\n'); sys.stdout.flush(); sys.stdout.buffer.write(body[:1000000])\n"
+)
+
+
+def http_get_via_shell(host: Host, port: int, path: str, timeout_s: float) -> tuple[int, str]:
+    """GET http://127.0.0.1:PORT/PATH as seen from the host itself (no tunnel needed).
+
+    Status 0 means nothing answered (connection refused, timeout).
+    """
+    url = f"http://127.0.0.1:{int(port)}{path}"
+    result = host.run(["python3", "-c", HTTP_PROBE, url, str(timeout_s)], check=False,
+                      timeout_s=timeout_s + 30)
+    first, _, body = result.stdout.partition("\n")
+    return (int(first) if first.strip().isdigit() else 0), body

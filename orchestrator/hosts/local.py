@@ -6,6 +6,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
+
 from orchestrator.hosts.base import CommandResult, Host
 
 
@@ -22,6 +24,13 @@ class LocalHost(Host):
             stdout = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
             return CommandResult(command, 124, stdout, f"timed out after {timeout_s} s")
         return CommandResult(command, done.returncode, done.stdout, done.stderr)
+
+    def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
+        try:
+            response = httpx.get(f"http://127.0.0.1:{int(port)}{path}", timeout=timeout_s)
+        except httpx.HTTPError:
+            return 0, ""
+        return response.status_code, response.text
 
     def put(self, local_path: Path, remote_path: str) -> None:
         target = Path(remote_path).expanduser()

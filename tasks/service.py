@@ -1,0 +1,307 @@
+"""The vLLM service lifecycle on the host: adopt or launch, follow the load, stop.
+
+Two needs for the engine: ``service`` (the server answers with our model) and
+``accelerators_free`` (no server of ours holds the GPUs/cores). They conflict, and the
+runner groups tasks by need, so a campaign loads the model once.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from orchestrator.campaign import TaskContext
+from orchestrator.errors import InputError, TaskFailed, tail_lines
+from orchestrator.retry import poll_policy
+from tasks.session import Session
+from tasks.vllm_log import LoadProgress
+
+LOG_TAIL_LINES = 40
+
+
+def model_path(session: Session) -> str:
+    return session.config.service.model or f"{session.workdir}/models/tiny-llama"
+
+
+def served_name(session: Session) -> str:
+    return session.config.service.served_model_name or model_path(session)
+
+
+def profiler_dir(session: Session) -> str:
+    return f"{session.workdir}/traces"
+
+
+def uses_profiler(session: Session) -> bool:
+    return "profile" in session.config.campaign.phases
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]
+    launcher: str
+
+
+def detect_accelerator(session: Session) -> str:
+    if session.config.host.accelerator != "auto":
+        return session.config.host.accelerator
+    found = session.host().run("command -v nvidia-smi >/dev/null && nvidia-smi -L", check=False,
+                               timeout_s=30)
+    return "cuda" if found.exit_code == 0 and "GPU" in found.stdout else "cpu"
+
+
+def cpu_thread_binding(cores: int, ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly between ranks, e.g. '0|1' or '0-3|4-7'."""
+    per_rank = max(1, cores // ranks)
+    groups = []
+    for rank in range(ranks):
+        first = (rank * per_rank) % cores
+        last = min(first + per_rank - 1, cores - 1)
+        groups.append(str(first) if first == last else f"{first}-{last}")
+    return "|".join(groups)
+
+
+def launch_plan(session: Session) -> LaunchPlan:
+    cfg = session.config.service
+    model = model_path(session)
+    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": profiler_dir(session),
+                           "torch_profiler_with_stack": False})
+    launcher = cfg.launcher
+    if cfg.command:
+        values = {"model": model, "port": str(cfg.port), "tp": str(cfg.tensor_parallel),
+                  "profiler_config": profiler, "python": session.python}
+        try:
+            argv = [part.format(**values) for part in cfg.command]
+        except KeyError as err:
+            raise InputError(f"service.command: unknown placeholder {err}; use {{model}} {{port}}"
+                             " {tp} {profiler_config} {python}") from None
+        return LaunchPlan(argv + cfg.extra_args, dict(cfg.env), "custom")
+    if launcher == "auto":
+        launcher = "vllm-serve" if detect_accelerator(session) == "cuda" else "vllm-cpu"
+    common = ["--port", str(cfg.port), "--tensor-parallel-size", str(cfg.tensor_parallel),
+              "--max-model-len", str(cfg.max_model_len)]
+    if cfg.served_model_name:
+        common += ["--served-model-name", cfg.served_model_name]
+    if uses_profiler(session):
+        common += ["--profiler-config", profiler]
+    env = {"HF_HUB_OFFLINE": "1"}
+    if launcher == "vllm-cpu":
+        # The `vllm` console script fails under the vllm-cpu distribution; the module works.
+        argv = [session.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+                "--dtype", "bfloat16", *common]
+        cores = int(session.host().run("nproc", timeout_s=30).stdout.strip() or 1)
+        env |= {"VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(cores, cfg.tensor_parallel)}
+    else:
+        argv = ["vllm", "serve", model, *common]
+    env |= cfg.env
+    return LaunchPlan(argv + cfg.extra_args, env, launcher)
+
+
+@dataclass
+class ServiceState:
+    """What this controller knows of the server in this process."""
+
+    pid: int | None = None
+    adopted: bool = False
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+class ServiceLifecycle:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.known = ServiceState()
+
+    # -- paths on the host ----------------------------------------------------------------
+    @property
+    def log_path(self) -> str:
+        return f"{self.session.workdir}/service/vllm.log"
+
+    @property
+    def pid_path(self) -> str:
+        return f"{self.session.workdir}/service/vllm.pid"
+
+    # -- probes ---------------------------------------------------------------------------
+    def serving_model(self) -> str | None:
+        """The model id the port serves, or None when nothing healthy answers there."""
+        port = self.session.config.service.port
+        host = self.session.host()
+        status, _ = host.http_get(port, "/health", timeout_s=3)
+        if status != 200:
+            return None
+        status, body = host.http_get(port, "/v1/models", timeout_s=5)
+        if status != 200:
+            return None
+        try:
+            return json.loads(body)["data"][0]["id"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
+
+    def our_pid(self) -> int | None:
+        pid = self.session.host().read_pid(self.pid_path)
+        return pid if pid is not None and self.session.host().is_alive(pid) else None
+
+    # -- the need "service" ---------------------------------------------------------------
+    def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
+        if self.known.facts and self.serving_model() == served_name(self.session):
+            return self.known.facts
+        served = self.serving_model()
+        expected = served_name(self.session)
+        if served is not None:
+            if served != expected:
+                raise TaskFailed(
+                    f"port {self.session.config.service.port} on {self.session.host().name} serves"
+                    f" '{served}', not '{expected}'; stop that server or set service.port"
+                )
+            pid = self.our_pid()
+            ctx.log(f"adopting the server already serving {expected}" + (f" (pid {pid})" if pid else ""))
+            self.known = ServiceState(pid=pid, adopted=pid is None,
+                                      facts={"adopted": True, "pid": pid, "model": expected})
+            return self.known.facts
+        pid = self.our_pid()
+        if pid is not None:
+            # A controller crash during a long load: follow the load already under way.
+            ctx.log(f"a server we launched (pid {pid}) is still loading; following it")
+            launched_at = None
+        else:
+            if self.session.host().port_open(self.session.config.service.port):
+                raise TaskFailed(
+                    f"port {self.session.config.service.port} on {self.session.host().name} is taken"
+                    " by a process we did not launch and that is not a healthy vLLM; stop it or"
+                    " set service.port"
+                )
+            plan = launch_plan(self.session)
+            host = self.session.host()
+            host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session))}", timeout_s=30)
+            pid = host.start_detached(plan.argv, self.log_path, self.pid_path, env=plan.env)
+            launched_at = time.time()
+            ctx.log(f"launched {plan.launcher} server pid {pid}: {shlex.join(plan.argv)}")
+        facts = self.follow_load(ctx, pid)
+        facts |= {"adopted": False, "pid": pid, "model": expected,
+                  "launched_at_epoch_s": launched_at, "log": self.log_path}
+        self.known = ServiceState(pid=pid, adopted=False, facts=facts)
+        return facts
+
+    def follow_load(self, ctx: TaskContext, pid: int) -> dict[str, Any]:
+        """Poll /health and the log until ready; fail within a poll of a death or fatal line."""
+        host = self.session.host()
+        cfg = self.session.config.service
+        progress = LoadProgress()
+        offset = 0
+        started = time.monotonic()
+        health_seen_at: float | None = None
+
+        def log_tail() -> str:
+            return tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES)
+
+        def poll() -> bool:
+            nonlocal offset, health_seen_at
+            chunk = host.run(f"tail -c +{offset + 1} {shlex.quote(self.log_path)} 2>/dev/null",
+                             check=False, timeout_s=60).stdout
+            offset += len(chunk.encode())
+            progress.feed(chunk)
+            bar.update(task, completed=progress.shard_percent or 0, description=progress.describe())
+            if progress.fatal_line:
+                time.sleep(1)  # let the rest of the traceback reach the log
+                raise TaskFailed(f"vLLM failed to start on {host.name}: {progress.fatal_line}",
+                                 output_tail=log_tail())
+            status, _ = host.http_get(cfg.port, "/health", timeout_s=2)
+            if status == 200:
+                health_seen_at = time.monotonic()
+                return True
+            if not host.is_alive(pid):
+                raise TaskFailed(f"vLLM (pid {pid}) exited during start on {host.name}",
+                                 output_tail=log_tail())
+            return False
+
+        with Progress(TextColumn("[bold]vLLM[/bold] {task.description}"), BarColumn(),
+                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                      transient=True) as bar:
+            task = bar.add_task(progress.describe(), total=100)
+            ready = poll_policy("vLLM readiness", cfg.ready_deadline_s)(poll)
+        if not ready:
+            raise TaskFailed(f"vLLM not ready on {host.name} after {cfg.ready_deadline_s:.0f} s"
+                             f" (last phase: {progress.describe()}); raise service.ready_deadline_s"
+                             " or read the log", output_tail=log_tail())
+        served = self.serving_model()
+        if served != served_name(self.session):
+            raise TaskFailed(f"server on port {cfg.port} is healthy but serves {served!r}")
+        ready_s = time.monotonic() - started
+        ctx.log(f"ready after {ready_s:.1f} s ({progress.describe()})")
+        return {"ready_s": round(ready_s, 2), "health_seen_monotonic": health_seen_at,
+                "load": progress.summary()}
+
+    # -- the need "accelerators_free" -----------------------------------------------------
+    def ensure_stopped(self, ctx: TaskContext | None = None) -> dict[str, Any]:
+        host = self.session.host()
+        pid = self.our_pid() or self.known.pid
+        stopped_pid = None
+        if pid is not None:
+            if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
+                raise TaskFailed(f"vLLM process group {pid} on {host.name} survived SIGKILL")
+            stopped_pid = pid
+            host.run(f"rm -f {shlex.quote(self.pid_path)}", check=False, timeout_s=30)
+        elif self.serving_model() is not None:
+            raise TaskFailed(
+                f"a server we did not launch answers on port {self.session.config.service.port}"
+                f" on {host.name}; stop it yourself so the microbenchmarks get the accelerators"
+            )
+        self.known = ServiceState()
+        return {"stopped_pid": stopped_pid, **self.confirm_free(stopped_pid)}
+
+    def confirm_free(self, pgid: int | None) -> dict[str, Any]:
+        host = self.session.host()
+        port_closed = not host.port_open(self.session.config.service.port)
+        leftover = host.group_pids(pgid) if pgid else []
+        gpu_apps = host.run("command -v nvidia-smi >/dev/null && nvidia-smi "
+                            "--query-compute-apps=pid,process_name --format=csv,noheader",
+                            check=False, timeout_s=60)
+        apps = [line for line in gpu_apps.stdout.splitlines() if line.strip()] if gpu_apps.exit_code == 0 else []
+        if not port_closed or leftover or apps:
+            raise TaskFailed(f"accelerators not free on {host.name}: port open={not port_closed},"
+                             f" leftover pids={leftover}, GPU compute apps={apps}")
+        return {"port_closed": True, "leftover_pids": [], "gpu_compute_apps": apps}
+
+
+class ServiceNeed:
+    name = "service"
+    conflicts = frozenset({"accelerators_free"})
+
+    def __init__(self, lifecycle: ServiceLifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+        return self.lifecycle.ensure_running(ctx)
+
+    def finish(self) -> None:
+        # The campaign is over: stop a server we launched; leave one we adopted alone.
+        if self.lifecycle.our_pid() is not None:
+            self.lifecycle.ensure_stopped()
+
+
+class AcceleratorsFreeNeed:
+    name = "accelerators_free"
+    conflicts = frozenset({"service"})
+
+    def __init__(self, lifecycle: ServiceLifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+        return self.lifecycle.ensure_stopped(ctx)
+
+    def finish(self) -> None:
+        return None
+
+
+def service_ready_action(ctx: TaskContext) -> dict[str, Any]:
+    """The readiness figures the `service` need gathered while launching or adopting."""
+    facts = dict(ctx.facts["service"])
+    seen = facts.pop("health_seen_monotonic", None)
+    if seen is not None:
+        facts["health_to_task_done_s"] = round(time.monotonic() - seen, 3)
+    return facts

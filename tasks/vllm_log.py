@@ -1,0 +1,115 @@
+"""Read vLLM's start-up log into load progress, and spot fatal errors early.
+
+Formats (vLLM 0.32, CPU and GPU; ../shared/FACTS.md):
+  Loading safetensors checkpoint shards:  45% Completed | 29/64 [02:10<02:41, 0.22it/s]
+  Loading weights took 0.05 seconds
+  Model loading took 3.88 GiB memory and 20.44 seconds
+  Capturing CUDA graphs (decode, FULL): 45%|...| 23/51
+  Graph capturing finished in 12 secs, took 0.5 GiB
+  init engine (profile, create kv cache, warmup model) took 46.46 s
+  Application startup complete.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+) \[([^<\]]*)<([^,\]]*)")
+WEIGHTS = re.compile(r"Loading weights took ([\d.]+) seconds")
+MODEL_LOAD = re.compile(r"Model loading took ([\d.]+) GiB memory and ([\d.]+) seconds")
+GRAPHS = re.compile(r"Capturing CUDA graphs[^:]*:\s*(\d+)%")
+GRAPHS_DONE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
+ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+KV_CACHE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
+FATAL = [
+    re.compile(r"Engine core initialization failed"),
+    re.compile(r"EngineCore failed to start"),
+    re.compile(r"torch\.OutOfMemoryError|CUDA out of memory"),
+    re.compile(r"^(?:\(\w+ pid=\d+\) )?(?:OSError|ValueError|FileNotFoundError|RuntimeError): ", re.M),
+    re.compile(r"error: (?:unrecognized arguments|argument)"),
+    re.compile(r"Address already in use"),
+]
+
+
+def _seconds(clock: str) -> float | None:
+    parts = clock.strip().split(":")
+    if not all(part.isdigit() for part in parts) or not parts:
+        return None
+    total = 0.0
+    for part in parts:
+        total = total * 60 + int(part)
+    return total
+
+
+@dataclass
+class LoadProgress:
+    phase: str = "starting"
+    shard_percent: int | None = None
+    shards_done: int | None = None
+    shards_total: int | None = None
+    eta_s: float | None = None
+    weights_load_s: float | None = None
+    model_load_s: float | None = None
+    model_memory_gib: float | None = None
+    graph_capture_percent: int | None = None
+    graph_capture_s: float | None = None
+    engine_init_s: float | None = None
+    kv_cache_tokens: int | None = None
+    startup_complete: bool = False
+    fatal_line: str | None = None
+    lines_seen: int = 0
+    _partial: str = field(default="", repr=False)
+
+    def feed(self, text: str) -> None:
+        """Consume new log text (any chunking); tqdm's carriage returns count as line ends."""
+        text = (self._partial + text).replace("\r", "\n")
+        lines = text.split("\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        self.lines_seen += 1
+        if "Starting to load model" in line:
+            self.phase = "loading weights"
+        if match := SHARDS.search(line):
+            self.phase = "loading weights"
+            self.shard_percent = int(match[1])
+            self.shards_done, self.shards_total = int(match[2]), int(match[3])
+            self.eta_s = _seconds(match[5])
+        if match := WEIGHTS.search(line):
+            self.weights_load_s = float(match[1])
+            self.phase = "initialising engine"
+        if match := MODEL_LOAD.search(line):
+            self.model_memory_gib, self.model_load_s = float(match[1]), float(match[2])
+            self.phase = "initialising engine"
+        if match := KV_CACHE.search(line):
+            self.kv_cache_tokens = int(match[1].replace(",", ""))
+        if match := GRAPHS.search(line):
+            self.phase = "capturing CUDA graphs"
+            self.graph_capture_percent = int(match[1])
+        if match := GRAPHS_DONE.search(line):
+            self.graph_capture_s = float(match[1])
+        if match := ENGINE_INIT.search(line):
+            self.engine_init_s = float(match[1])
+            self.phase = "starting API server"
+        if "Application startup complete" in line:
+            self.startup_complete = True
+            self.phase = "ready"
+        if self.fatal_line is None and any(pattern.search(line) for pattern in FATAL):
+            self.fatal_line = line.strip()
+
+    def summary(self) -> dict[str, object]:
+        return {key: value for key, value in self.__dict__.items()
+                if not key.startswith("_") and value is not None}
+
+    def describe(self) -> str:
+        parts = [self.phase]
+        if self.shard_percent is not None and self.phase == "loading weights":
+            parts.append(f"shards {self.shards_done}/{self.shards_total} ({self.shard_percent}%)")
+        if self.graph_capture_percent is not None and self.phase == "capturing CUDA graphs":
+            parts.append(f"{self.graph_capture_percent}%")
+        if self.eta_s is not None and self.phase == "loading weights":
+            parts.append(f"ETA {self.eta_s:.0f} s")
+        return ", ".join(parts)
