@@ -41,6 +41,11 @@ class HostError(OrchestrateError):
     exit_code = 4
 
 
+class ConnectionLost(HostError):
+    """The SSH connection dropped during a command. The runner re-runs the task (tasks are
+    idempotent) within its attempt limit, since the command may or may not have finished."""
+
+
 class HostKeyError(HostError):
     """An unknown or changed SSH host key. Never trusted automatically."""
 

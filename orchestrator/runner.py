@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.campaign import Campaign, TaskContext, TaskSkipped, TaskSpec, validate_graph
-from orchestrator.errors import InputError, Interrupted, OrchestrateError, TaskFailed, tail_lines
+from orchestrator.errors import ConnectionLost, InputError, Interrupted, OrchestrateError, TaskFailed, tail_lines
 from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, now
 from orchestrator.statefile import StateLock, load_state, save_state
 
@@ -110,7 +110,14 @@ class Runner:
                     todo.status = Status.pending  # `resume` retries failed tasks
             save_state(self.state_path, state)
             while (todo := self._next(state)) is not None:
-                self._run_one(state, todo)
+                try:
+                    self._run_one(state, todo)
+                except ConnectionLost as lost:
+                    # The host went away mid-task; the transport reconnects with backoff, and
+                    # the task (idempotent) runs again within its attempt limit.
+                    self.log(f"[{todo.id}] {lost}; running it again")
+                    todo.status = Status.pending
+                    save_state(self.state_path, state)
             self._finish(state)
             return state
 

@@ -36,3 +36,28 @@ def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str
     path = folder / "campaign.toml"
     path.write_text("\n".join(lines))
     return path
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory):
+    """One real sshd for the whole test session (Debian's openssh-server)."""
+    from sshd import SSHD, start_sshd
+
+    if not Path(SSHD).exists():
+        pytest.fail("sshd is not installed: apt-get install openssh-server (.ci/run does it)")
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ssh_host(sshd):
+    from orchestrator.hosts.ssh import SSHHost, SSHTarget
+
+    if sshd.process is None:
+        sshd.start()
+    host = SSHHost(SSHTarget(alias="testhost", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
+                             identity_files=[str(sshd.client_key)], known_hosts=str(sshd.known_hosts),
+                             ssh_config=None))
+    yield host
+    host.close()

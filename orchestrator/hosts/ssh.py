@@ -20,7 +20,7 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.errors import HostError, HostKeyError
+from orchestrator.errors import ConnectionLost, HostError, HostKeyError
 from orchestrator.hosts.base import CommandResult, Host
 from orchestrator.retry import reconnect_policy
 
@@ -158,26 +158,30 @@ class SSHHost(Host):
 
     # -- commands -------------------------------------------------------------------------
     def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
-        # A connection that died between commands is re-made once here; one that dies
-        # during a command fails that command (it may have had effects), and the caller's
-        # own retry policy decides.
-        for attempt in range(2):
-            try:
-                return self._exec_once(command, timeout_s)
-            except (paramiko.SSHException, EOFError, OSError) as err:
-                if isinstance(err, HostError) or attempt == 1:
-                    raise HostError(f"ssh {self.name}: connection lost running `{command[:80]}`"
-                                    f" ({type(err).__name__}: {err})") from None
-                self._drop()
-        raise AssertionError("unreachable")
+        channel = self._open_channel()
+        try:
+            return self._collect(channel, command, timeout_s)
+        except (paramiko.SSHException, EOFError, OSError) as err:
+            # The command may or may not have run: never re-sent here. The runner re-runs
+            # the whole (idempotent) task instead.
+            self._drop()
+            raise ConnectionLost(f"ssh {self.name}: connection lost running `{command[:80]}`"
+                                 f" ({type(err).__name__}: {err})") from None
+
+    def _open_channel(self) -> paramiko.Channel:
+        """A session channel; a connection found dead before the command is re-made first."""
+        try:
+            return self.client().get_transport().open_session()  # type: ignore[union-attr]
+        except (paramiko.SSHException, EOFError, OSError):
+            self._drop()
+            return self.client().get_transport().open_session()  # type: ignore[union-attr]
 
     def _drop(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
 
-    def _exec_once(self, command: str, timeout_s: float | None) -> CommandResult:
-        channel = self.client().get_transport().open_session()  # type: ignore[union-attr]
+    def _collect(self, channel: paramiko.Channel, command: str, timeout_s: float | None) -> CommandResult:
         channel.exec_command(command)
         stdout, stderr = bytearray(), bytearray()
         deadline = time.monotonic() + timeout_s if timeout_s else None
@@ -202,6 +206,8 @@ class SSHHost(Host):
                 channel.status_event.wait(0.005)
         code = channel.recv_exit_status()
         channel.close()
+        if code == -1:  # paramiko's value when the channel closed without an exit status
+            raise EOFError("the connection closed before the command's exit status arrived")
         return CommandResult(command, code, stdout.decode(errors="replace"),
                              stderr.decode(errors="replace"))
 

@@ -1,0 +1,154 @@
+"""SSH transport against a real OpenSSH server on loopback (no fakes)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sshd import keygen
+
+from orchestrator.errors import CommandFailed, ConnectionLost, HostKeyError
+from orchestrator.hosts.ssh import SSHHost, SSHTarget
+
+
+def test_commands_exit_codes_streams_and_quoting(ssh_host: SSHHost) -> None:
+    result = ssh_host.run(["printf", "%s|", "a b", "it's", "$HOME", "`x`;rm"])
+    assert result.stdout == "a b|it's|$HOME|`x`;rm|"
+    failed = ssh_host.run("echo out; echo err >&2; exit 3", check=False)
+    assert (failed.exit_code, failed.stdout, failed.stderr) == (3, "out\n", "err\n")
+    with pytest.raises(CommandFailed, match="exited 3") as info:
+        ssh_host.run("echo boom >&2; exit 3")
+    assert "boom" in info.value.output_tail
+    assert ssh_host.run("sleep 5", timeout_s=0.5, check=False).exit_code == 124
+
+
+def test_connection_is_reused(ssh_host: SSHHost) -> None:
+    for _ in range(20):
+        ssh_host.run("true")
+    assert ssh_host.connects == 1
+
+
+def test_put_and_get_both_ways(ssh_host: SSHHost, tmp_path: Path) -> None:
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    local = tmp_path / "up.bin"
+    local.write_bytes(payload)
+    remote = str(tmp_path / "remote" / "deep" / "file.bin")
+    ssh_host.put(local, remote)
+    back = tmp_path / "down.bin"
+    ssh_host.get(remote, back)
+    assert back.read_bytes() == payload
+
+
+def test_get_resumes_a_partial_download(ssh_host: SSHHost, tmp_path: Path) -> None:
+    payload = os.urandom(4 * 1024 * 1024)
+    remote = tmp_path / "trace.bin"
+    remote.write_bytes(payload)
+    target = tmp_path / "fetched" / "trace.bin"
+    target.parent.mkdir()
+    # A partial copy whose first MiB is deliberately marked: if the download restarted, the
+    # mark would be overwritten; a resumed download keeps it and fetches only the rest.
+    marked = b"\x00" * (1024 * 1024)
+    (target.parent / "trace.bin.part").write_bytes(marked)
+    ssh_host.get(str(remote), target)
+    data = target.read_bytes()
+    assert len(data) == len(payload)
+    assert data[: len(marked)] == marked and data[len(marked) :] == payload[len(marked) :]
+    assert not (target.parent / "trace.bin.part").exists()
+
+
+def test_dropped_connection_between_commands_reconnects(ssh_host: SSHHost, sshd) -> None:
+    assert ssh_host.run("echo one").stdout == "one\n"
+    sshd.kill_sessions()
+    time.sleep(0.3)
+    assert ssh_host.run("echo two").stdout == "two\n"
+    assert ssh_host.connects == 2
+
+
+def test_connection_killed_mid_command_is_reported_as_lost(ssh_host: SSHHost, sshd) -> None:
+    threading.Timer(0.5, sshd.kill_sessions).start()
+    with pytest.raises(ConnectionLost, match="connection lost"):
+        ssh_host.run("sleep 10")
+    assert ssh_host.run("echo back").stdout == "back\n"
+
+
+def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd) -> None:
+    assert ssh_host.run("echo up").stdout == "up\n"
+    sshd.stop()
+    threading.Timer(2.0, sshd.start).start()
+    started = time.monotonic()
+    assert ssh_host.run("echo again").stdout == "again\n"
+    assert time.monotonic() - started >= 1.5
+
+
+def test_unknown_host_key_is_refused_with_the_fix(sshd, tmp_path: Path) -> None:
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    host = SSHHost(SSHTarget(alias="h", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
+                             identity_files=[str(sshd.client_key)], known_hosts=str(empty), ssh_config=None))
+    with pytest.raises(HostKeyError, match=r"not in .*known_hosts.*ssh-keyscan"):
+        host.run("true")
+    assert empty.read_text() == ""  # never auto-added
+
+
+def test_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:
+    other = tmp_path / "other_key"
+    keygen(other)
+    public = (tmp_path / "other_key.pub").read_text().split()
+    known = tmp_path / "known_hosts"
+    known.write_text(f"[127.0.0.1]:{sshd.port} {public[0]} {public[1]}\n")
+    host = SSHHost(SSHTarget(alias="h", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
+                             identity_files=[str(sshd.client_key)], known_hosts=str(known), ssh_config=None))
+    with pytest.raises(HostKeyError, match="CHANGED"):
+        host.run("true")
+
+
+def test_ssh_config_alias_is_honoured(sshd, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+                      f"  IdentityFile {sshd.client_key}\n")
+    host = SSHHost(SSHTarget(alias="gpu-box", hostname="gpu-box", known_hosts=str(sshd.known_hosts),
+                             ssh_config=str(config)))
+    assert host.target.port == sshd.port and host.target.hostname == "127.0.0.1"
+    assert host.run("echo via-alias").stdout == "via-alias\n"
+    host.close()
+
+
+def test_proxyjump_through_a_bastion(sshd, tmp_path: Path) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host bastion\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n  IdentityFile {sshd.client_key}\n"
+        f"Host inner\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n  IdentityFile {sshd.client_key}\n"
+        "  ProxyJump bastion\n")
+    host = SSHHost(SSHTarget(alias="inner", hostname="inner", known_hosts=str(sshd.known_hosts),
+                             ssh_config=str(config)))
+    assert host.run("echo jumped").stdout == "jumped\n"
+    assert host._jump is not None and host._jump.connects == 1
+    host.close()
+
+
+def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    import subprocess
+    import sys
+
+    lines = [sshd.config_toml(tmp_path / "work", sys.executable), '[campaign]\nname = "remote"\nphases = []\n']
+    for index in range(8):
+        deps = f'["c{index - 1}"]' if index else "[]"
+        lines.append(f'[[commands]]\nid = "c{index}"\ncontent = "step {index}"\n'
+                     f'run = "sleep 0.4; echo c{index} >> {tmp_path}/done.log"\ndepends_on = {deps}\n')
+    (tmp_path / "campaign.toml").write_text("\n".join(lines))
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.2)
+    sshd.stop()
+    time.sleep(2)
+    sshd.start()
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    done = (tmp_path / "done.log").read_text().split()
+    assert set(done) == {f"c{index}" for index in range(8)}
+    assert run_cli(["status"], tmp_path).returncode == 0
