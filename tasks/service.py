@@ -199,12 +199,20 @@ class ServiceLifecycle:
         def log_tail() -> str:
             return tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES)
 
-        def poll() -> bool:
-            nonlocal offset, health_seen_at
+        def read_log() -> None:
+            nonlocal offset
             chunk = host.run(f"tail -c +{offset + 1} {shlex.quote(self.log_path)} 2>/dev/null",
                              check=False, timeout_s=60).stdout
             offset += len(chunk.encode())
+            seen = len(progress.phases_seen)
             progress.feed(chunk)
+            for phase in progress.phases_seen[seen:]:
+                detail = progress.describe() if phase == progress.phase else phase
+                ctx.log(f"vLLM: {detail} ({time.monotonic() - started:.0f} s)")
+
+        def poll() -> bool:
+            nonlocal health_seen_at
+            read_log()
             bar.update(task, completed=progress.shard_percent or 0, description=progress.describe())
             if progress.fatal_line:
                 time.sleep(1)  # let the rest of the traceback reach the log
@@ -228,6 +236,10 @@ class ServiceLifecycle:
             raise TaskFailed(f"vLLM not ready on {host.name} after {cfg.ready_deadline_s:.0f} s"
                              f" (last phase: {progress.describe()}); raise service.ready_deadline_s"
                              " or read the log", output_tail=log_tail())
+        read_log()  # the lines written between the last read and /health turning 200
+        if progress.phase != "ready":
+            progress.phase = "ready"
+            ctx.log(f"vLLM: ready ({time.monotonic() - started:.0f} s)")
         served = self.serving_model()
         if served != served_name(self.session):
             raise TaskFailed(f"server on port {cfg.port} is healthy but serves {served!r}")

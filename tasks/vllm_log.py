@@ -59,6 +59,7 @@ class LoadProgress:
     startup_complete: bool = False
     fatal_line: str | None = None
     lines_seen: int = 0
+    phases_seen: list[str] = field(default_factory=list)
     _partial: str = field(default="", repr=False)
 
     def feed(self, text: str) -> None:
@@ -71,6 +72,11 @@ class LoadProgress:
 
     def _line(self, line: str) -> None:
         self.lines_seen += 1
+        self._parse(line)
+        if not self.phases_seen or self.phases_seen[-1] != self.phase:
+            self.phases_seen.append(self.phase)
+
+    def _parse(self, line: str) -> None:
         if "Starting to load model" in line:
             self.phase = "loading weights"
         if match := SHARDS.search(line):
