@@ -1,0 +1,94 @@
+"""Serving metrics from per-request records, with vLLM's definitions (`vllm bench serve`).
+
+- TTFT: time to the first streamed chunk carrying `choices`.
+- TPOT: (E2E - TTFT) / (output tokens - 1), for requests with more than one output token.
+- ITL: every gap between consecutive streamed chunks, pooled over requests.
+- E2E: request sent to stream finished.
+- Output tokens: `usage.completion_tokens`. Output throughput: output tokens / run duration.
+Percentiles interpolate linearly between order statistics (numpy's default, as vLLM uses).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+DEFINITIONS = {
+    "ttft": "time from sending the request to the first streamed chunk carrying choices",
+    "tpot": "(E2E - TTFT) / (output tokens - 1), requests with > 1 output token",
+    "itl": "gaps between consecutive streamed chunks, pooled over requests",
+    "e2e": "request sent to stream finished",
+    "output_throughput": "sum of usage.completion_tokens / benchmark duration",
+    "server_view": "delta of vLLM's /metrics histograms (sum/count) over the run",
+}
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    if not sorted_values:
+        return math.nan
+    position = (len(sorted_values) - 1) * fraction
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def distribution_ms(values_s: list[float]) -> dict[str, float | int]:
+    ordered = sorted(v * 1000 for v in values_s)
+    if not ordered:
+        return {"count": 0}
+    return {"count": len(ordered), "mean": sum(ordered) / len(ordered),
+            "p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
+            "p99": percentile(ordered, 0.99)}
+
+
+def tpot_s(record: dict[str, Any]) -> float | None:
+    tokens = record.get("output_tokens") or 0
+    if record.get("error") or tokens <= 1 or record.get("ttft_s") is None:
+        return None
+    return (record["e2e_s"] - record["ttft_s"]) / (tokens - 1)
+
+
+def summarize(run: dict[str, Any]) -> dict[str, Any]:
+    records = run["requests"]
+    ok = [r for r in records if not r.get("error") and r.get("ttft_s") is not None]
+    failures = [r["error"] for r in records if r.get("error")]
+    tpots = [t for r in ok if (t := tpot_s(r)) is not None]
+    output_tokens = sum(r.get("output_tokens") or 0 for r in ok)
+    duration = run["duration_s"]
+    summary: dict[str, Any] = {
+        "concurrency": run["concurrency"],
+        "requests": len(records),
+        "completed": len(ok),
+        "failed": len(failures),
+        "failure_examples": failures[:3],
+        "duration_s": duration,
+        "request_throughput_per_s": len(ok) / duration if duration else math.nan,
+        "output_throughput_tok_per_s": output_tokens / duration if duration else math.nan,
+        "output_tokens": output_tokens,
+        "ttft_ms": distribution_ms([r["ttft_s"] for r in ok]),
+        "tpot_ms": distribution_ms(tpots),
+        "itl_ms": distribution_ms([gap for r in ok for gap in r["itl_s"]]),
+        "e2e_ms": distribution_ms([r["e2e_s"] for r in ok]),
+    }
+    summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
+    return summary
+
+
+def server_view(delta: dict[str, float], client: dict[str, Any]) -> dict[str, Any]:
+    """The server's own means over the run, and how far the client's means are from them."""
+    view: dict[str, Any] = {}
+    pairs = {"ttft_ms": "vllm:time_to_first_token_seconds",
+             "tpot_ms": "vllm:request_time_per_output_token_seconds",
+             "itl_ms": "vllm:inter_token_latency_seconds",
+             "e2e_ms": "vllm:e2e_request_latency_seconds"}
+    for key, metric in pairs.items():
+        count = delta.get(metric + "_count", 0.0)
+        if count <= 0:
+            continue
+        server_mean_ms = delta[metric + "_sum"] / count * 1000
+        client_mean = client[key].get("mean")
+        entry = {"server_mean_ms": server_mean_ms, "server_count": int(count)}
+        if client_mean:
+            entry["client_minus_server_pct"] = (client_mean - server_mean_ms) / server_mean_ms * 100
+        view[key] = entry
+    return view

@@ -1,0 +1,206 @@
+"""Streaming load client that runs on the host next to the server (standard library only).
+
+Sends /v1/completions with random-token prompts of a fixed length, `ignore_eos`, a fixed
+max_tokens and `stream_options.include_usage`, over one persistent HTTP/1.1 connection per
+concurrent worker, and records per request: TTFT, the gaps between streamed chunks, E2E and
+output tokens from `usage`. Timing follows vLLM's `vllm bench serve`: a chunk counts when it
+carries `choices`; TTFT is the first such chunk; ITL are the gaps between them.
+
+Also snapshots the server's Prometheus /metrics before and after the run, so the controller can
+compare the client's view with the server's own histograms.
+
+Prints one JSON document.
+"""
+
+import argparse
+import asyncio
+import json
+import random
+import time
+import urllib.request
+
+WATCHED = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:e2e_request_latency_seconds",
+)
+
+
+def scrape_metrics(base_url):
+    """Sum and count of each watched histogram (summed over label sets)."""
+    try:
+        text = urllib.request.urlopen(base_url + "/metrics", timeout=10).read().decode()
+    except Exception as err:  # the cross-check is optional; the run is not
+        return {"error": repr(err)}
+    totals = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        for name in WATCHED:
+            for suffix in ("_sum", "_count"):
+                if line.startswith(name + suffix + "{") or line.startswith(name + suffix + " "):
+                    value = float(line.rsplit(" ", 1)[1])
+                    key = name + suffix
+                    totals[key] = totals.get(key, 0.0) + value
+    return totals
+
+
+class Connection:
+    def __init__(self, host, port):
+        self.host, self.port = host, port
+        self.reader = self.writer = None
+
+    async def open(self):
+        if self.writer is None or self.writer.is_closing():
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port, limit=1 << 22)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+async def stream_request(conn, path, body):
+    """One streamed request; returns the record. Timestamps are taken as bytes arrive."""
+    payload = json.dumps(body).encode()
+    head = (f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
+            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n").encode()
+    record = {"ttft_s": None, "itl_s": [], "e2e_s": None, "output_tokens": None, "error": None}
+    await conn.open()
+    reader = conn.reader
+    started = time.perf_counter()
+    conn.writer.write(head + payload)
+    await conn.writer.drain()
+    status_line = await reader.readline()
+    status = int(status_line.split()[1]) if status_line else 0
+    headers = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        key, _, value = line.decode().partition(":")
+        headers[key.strip().lower()] = value.strip()
+    chunked = headers.get("transfer-encoding", "").lower() == "chunked"
+    buffer = b""
+    last = None
+    done = False
+
+    def handle_event(data, now):
+        nonlocal last, done
+        if data == b"[DONE]":
+            done = True
+            return
+        event = json.loads(data)
+        if event.get("choices"):
+            if record["ttft_s"] is None:
+                record["ttft_s"] = now - started
+            else:
+                record["itl_s"].append(now - last)
+            last = now
+        usage = event.get("usage")
+        if usage:
+            record["output_tokens"] = usage.get("completion_tokens")
+
+    async def body_pieces():
+        if chunked:
+            while True:
+                size_line = await reader.readline()
+                size = int(size_line.strip().split(b";")[0] or b"0", 16)
+                if size == 0:
+                    await reader.readline()
+                    return
+                piece = await reader.readexactly(size)
+                await reader.readexactly(2)
+                yield piece
+        else:
+            length = int(headers.get("content-length", "0"))
+            if length:
+                yield await reader.readexactly(length)
+
+    async for piece in body_pieces():
+        now = time.perf_counter()
+        buffer += piece
+        while b"\n\n" in buffer:
+            event, buffer = buffer.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    handle_event(line[5:].strip(), now)
+    record["e2e_s"] = time.perf_counter() - started
+    if status != 200:
+        record["error"] = f"HTTP {status}: {buffer[:300].decode(errors='replace')}"
+    elif not done:
+        record["error"] = "stream ended without [DONE]"
+    if headers.get("connection", "").lower() == "close":
+        conn.close()
+    return record
+
+
+async def run(args):
+    rng = random.Random(args.seed)
+    high = max(20, args.vocab - 10)
+
+    def body():
+        prompt = [rng.randrange(10, high) for _ in range(args.input_tokens)]
+        return {"model": args.model, "prompt": prompt, "max_tokens": args.output_tokens,
+                "ignore_eos": True, "stream": True, "temperature": 0.0,
+                "stream_options": {"include_usage": True}}
+
+    host, port = args.host, args.port
+    for _ in range(args.warmup):
+        conn = Connection(host, port)
+        await stream_request(conn, "/v1/completions", body())
+        conn.close()
+    bodies = [body() for _ in range(args.requests)]
+    queue = asyncio.Queue()
+    for item in bodies:
+        queue.put_nowait(item)
+    records = []
+
+    async def worker():
+        conn = Connection(host, port)
+        while True:
+            try:
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                break
+            try:
+                records.append(await stream_request(conn, "/v1/completions", item))
+            except Exception as err:
+                conn.close()
+                records.append({"ttft_s": None, "itl_s": [], "e2e_s": None, "output_tokens": None,
+                                "error": f"{type(err).__name__}: {err}"})
+        conn.close()
+
+    base = f"http://{host}:{port}"
+    before = scrape_metrics(base)
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    duration = time.perf_counter() - started
+    await asyncio.sleep(0.2)  # let the server record its last histograms
+    after = scrape_metrics(base)
+    delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
+    return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
+            "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,
+            "server_metrics_delta": delta,
+            "server_metrics_error": before.get("error") or after.get("error")}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--input-tokens", type=int, default=64)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--seed", type=int, default=0)
+    print(json.dumps(asyncio.run(run(parser.parse_args()))))
+
+
+if __name__ == "__main__":
+    main()
