@@ -72,6 +72,7 @@ class GemmSection(Section):
     batch_sizes: list[int] = Field(default_factory=lambda: [1, 8, 32])
     repeats: int = Field(20, ge=3)
     int4_group_size: int = 128
+    compare_w4a16: bool = Field(True, description="also time W4A16 for bf16 layers: what quantizing would buy")
 
 
 class AllreduceSection(Section):

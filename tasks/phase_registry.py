@@ -20,4 +20,16 @@ def extra_phase_specs(session: Session, phases: list[str]) -> list[TaskSpec]:
                      "macro", macro_sweep_action(session), depends_on=("macro_single",),
                      needs=("service",), priority=Priority.high),
         ]
+    if "gemm" in phases:
+        from tasks.micro import gemm_action
+
+        specs.append(TaskSpec("gemm_bench", "Microbenchmark the decode GEMMs at the model's per-rank shapes",
+                              "gemm", gemm_action(session), depends_on=("model_config",),
+                              needs=("accelerators_free",)))
+    if "allreduce" in phases:
+        from tasks.micro import allreduce_action
+
+        specs.append(TaskSpec("allreduce_bench", "Benchmark all-reduce across the TP ranks at decode sizes",
+                              "allreduce", allreduce_action(session), depends_on=("model_config",),
+                              needs=("accelerators_free",)))
     return specs

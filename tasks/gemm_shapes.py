@@ -1,0 +1,168 @@
+"""GEMM shapes of one decode step, per tensor-parallel rank, derived from a model's config.json.
+
+Shapes are (M, K, N): activations M x K times weights K x N. Column-parallel layers split N by
+TP, row-parallel layers split K (their outputs are all-reduced). Routed-expert GEMMs see on
+average M x top_k / n_experts tokens each; that expected count (at least 1) is their M.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from orchestrator.errors import InputError
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    name: str
+    m: int
+    k: int
+    n: int
+    dtype: str  # "bf16" or "w4a16"
+    parallel: str  # "replicated", "column", "row"
+    count_per_layer: float = 1.0
+
+    def as_row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ConfigReader:
+    def __init__(self, config: dict[str, Any], source: str) -> None:
+        # Multimodal wrappers (Kimi-K2.5, Llama-4) keep the language model under text_config.
+        self.config = config.get("text_config", config) if "hidden_size" not in config else config
+        self.source = source
+
+    def need(self, key: str) -> Any:
+        if key not in self.config or self.config[key] is None:
+            raise InputError(f"{self.source}: field '{key}' is missing; this model family needs it"
+                             " to derive GEMM shapes (check the config.json is the model's own)")
+        return self.config[key]
+
+    def get(self, key: str, default: Any) -> Any:
+        value = self.config.get(key)
+        return default if value is None else value
+
+
+def split(value: int, tp: int, what: str, source: str) -> int:
+    if value % tp:
+        raise InputError(f"{source}: {what} = {value} does not divide by tensor_parallel {tp};"
+                         " choose a tensor-parallel size that divides it")
+    return value // tp
+
+
+def quantized_dtype(config: dict[str, Any]) -> tuple[str, int | None]:
+    """('w4a16', group) when the checkpoint stores 4-bit weights with 16-bit activations."""
+    quant = config.get("quantization_config") or config.get("text_config", {}).get("quantization_config")
+    if not quant:
+        return "bf16", None
+    bits = quant.get("bits") or quant.get("w_bit")
+    group = quant.get("group_size") or quant.get("q_group_size")
+    for group_cfg in (quant.get("config_groups") or {}).values():
+        weights = group_cfg.get("weights") or {}
+        bits = bits or weights.get("num_bits")
+        group = group or weights.get("group_size")
+    if bits == 4:
+        return "w4a16", group
+    return "bf16", None
+
+
+def derive_shapes(config: dict[str, Any], tp: int, batch_sizes: list[int],
+                  source: str = "config.json") -> dict[str, Any]:
+    reader = ConfigReader(config, source)
+    model_type = str(reader.get("model_type", ""))
+    weight_dtype, group = quantized_dtype(config)
+    if reader.get("kv_lora_rank", None) is not None:
+        family, per_layer = "deepseek_v3", _mla_moe(reader, tp, weight_dtype)
+    elif reader.get("num_local_experts", None) or reader.get("num_experts", None):
+        family, per_layer = "mixtral", _gqa(reader, tp, "bf16") + _moe_experts(reader, tp, weight_dtype)
+    elif model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3") or reader.get(
+            "num_key_value_heads", None) is not None:
+        family, per_layer = "llama", _gqa(reader, tp, weight_dtype) + _dense_mlp(reader, tp, weight_dtype, "intermediate_size")
+    else:
+        raise InputError(f"{source}: model_type '{model_type}' is not a supported family"
+                         " (DeepSeek-V3/Kimi-K2, Llama/Qwen/Mistral, Mixtral)")
+    hidden = int(reader.need("hidden_size"))
+    vocab = int(reader.need("vocab_size"))
+    layers = int(reader.need("num_hidden_layers"))
+    lm_head = ("lm_head", hidden, split(vocab, tp, "vocab_size", source) if vocab % tp == 0 else math.ceil(vocab / tp),
+               "bf16", "column", 1.0)
+    rows = []
+    for m in batch_sizes:
+        for name, k, n, dtype, parallel, count, *scale in per_layer + [lm_head]:
+            rows_m = m
+            if scale:
+                rows_m = max(1, math.ceil(m * scale[0]))
+            rows.append(GemmShape(name, rows_m, int(k), int(n), dtype, parallel, count).as_row())
+    return {"family": family, "tensor_parallel": tp, "num_layers": layers, "hidden_size": hidden,
+            "weight_dtype": weight_dtype, "group_size": group, "shapes": rows,
+            "allreduces_per_step": 2 * layers + 1}
+
+
+def _gqa(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:
+    source = reader.source
+    hidden = int(reader.need("hidden_size"))
+    heads = int(reader.need("num_attention_heads"))
+    kv_heads = int(reader.get("num_key_value_heads", heads))
+    head_dim = int(reader.get("head_dim", hidden // heads))
+    q_per_rank = split(heads, tp, "num_attention_heads", source)
+    kv_per_rank = max(1, kv_heads // tp)  # fewer KV heads than ranks: vLLM replicates them
+    return [
+        ("qkv_proj", hidden, (q_per_rank + 2 * kv_per_rank) * head_dim, dtype, "column", 1.0),
+        ("o_proj", q_per_rank * head_dim, hidden, dtype, "row", 1.0),
+    ]
+
+
+def _dense_mlp(reader: ConfigReader, tp: int, dtype: str, key: str, count: float = 1.0) -> list[tuple]:
+    hidden = int(reader.need("hidden_size"))
+    inter = split(int(reader.need(key)), tp, key, reader.source)
+    return [("gate_up_proj", hidden, 2 * inter, dtype, "column", count),
+            ("down_proj", inter, hidden, dtype, "row", count)]
+
+
+def _moe_experts(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:
+    hidden = int(reader.need("hidden_size"))
+    experts = int(reader.get("num_local_experts", None) or reader.get("n_routed_experts", None)
+                  or reader.need("num_experts"))
+    top_k = int(reader.need("num_experts_per_tok"))
+    key = "moe_intermediate_size" if reader.get("moe_intermediate_size", None) else "intermediate_size"
+    inter = split(int(reader.need(key)), tp, key, reader.source)
+    tokens_share = top_k / experts
+    return [("expert_w13", hidden, 2 * inter, dtype, "column", float(top_k), tokens_share),
+            ("expert_w2", inter, hidden, dtype, "row", float(top_k), tokens_share)]
+
+
+def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
+    source = reader.source
+    hidden = int(reader.need("hidden_size"))
+    heads = split(int(reader.need("num_attention_heads")), tp, "num_attention_heads", source)
+    q_lora = int(reader.need("q_lora_rank"))
+    kv_lora = int(reader.need("kv_lora_rank"))
+    nope, rope, v_dim = (int(reader.need(k)) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    layers = int(reader.need("num_hidden_layers"))
+    dense_layers = int(reader.get("first_k_dense_replace", 0))
+    moe_share = (layers - dense_layers) / layers
+    dense_share = dense_layers / layers
+    shared = int(reader.get("n_shared_experts", 0))
+    moe_inter = int(reader.need("moe_intermediate_size"))
+    rows = [
+        ("fused_qkv_a_proj", hidden, q_lora + kv_lora + rope, "bf16", "replicated", 1.0),
+        ("q_b_proj", q_lora, heads * (nope + rope), "bf16", "column", 1.0),
+        ("kv_b_proj", kv_lora, heads * (nope + v_dim), "bf16", "column", 1.0),
+        ("o_proj", heads * v_dim, hidden, "bf16", "row", 1.0),
+    ]
+    if dense_layers:
+        rows += [(f"dense_{name}", k, n, "bf16", par, dense_share)
+                 for name, k, n, _, par, _ in _dense_mlp(reader, tp, "bf16", "intermediate_size")]
+    if shared:
+        inter = split(moe_inter * shared, tp, "moe_intermediate_size x n_shared_experts", source)
+        quant = reader.config.get("quantization_config") or {}
+        shared_dtype = "bf16" if "shared_expert" in str(quant.get("ignore", "")) else expert_dtype
+        rows += [("shared_expert_w13", hidden, 2 * inter, shared_dtype, "column", moe_share),
+                 ("shared_expert_w2", inter, hidden, shared_dtype, "row", moe_share)]
+    experts = _moe_experts(reader, tp, expert_dtype)
+    rows += [(name, k, n, dtype, par, count * moe_share, scale)
+             for name, k, n, dtype, par, count, scale in experts]
+    rows.append(("moe_gate", hidden, int(reader.get("n_routed_experts", 0)), "bf16", "replicated", moe_share))
+    return rows

@@ -1,0 +1,193 @@
+"""GEMM microbenchmarks at given shapes on the host's accelerator (torch and stdlib only).
+
+usage: gemm_bench.py SHAPES_JSON [--repeats N] [--group-size G] [--compare-do-bench]
+SHAPES_JSON: a list of {"name", "m", "k", "n", "dtype": "bf16"|"w4a16"}.
+
+Each kernel is checked against a bf16 reference before it is timed. Timing: warmup, then the
+median over repeats of a timed batch of calls; CUDA events on GPU (around CUDA graph replays
+when capture works), perf_counter on CPU. Weights and activations rotate over enough copies
+that the working set exceeds the last-level cache, so caches do not flatter small shapes.
+A device-to-device copy of a large buffer, measured in the same run, is the bandwidth ceiling.
+Prints one JSON document.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+CACHE_FLUSH_BYTES = 512 << 20  # working set per rotation: well above an H200's 50 MB L2
+
+
+def timer(device):
+    if device == "cuda":
+        def measure(fn, calls):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000 / calls
+    else:
+        def measure(fn, calls):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - started) / calls
+    return measure
+
+
+def median_seconds(fn, device, repeats, calls):
+    measure = timer(device)
+    for _ in range(3):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return statistics.median(measure(fn, calls) for _ in range(repeats))
+
+
+def copy_ceiling_gbps(device, repeats):
+    size = (1 << 30) if device == "cuda" else (256 << 20)
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), device, repeats, 5)
+    return 2 * size / seconds / 1e9  # read + write
+
+
+def int4_pack(weight_nk, group_size, device):
+    """Quantize a bf16 N x K weight to int4 (asymmetric, per group) for torch's int4 kernels.
+
+    Returns (packed, scales_and_zeros, dequantized N x K bf16) so the kernel can be checked
+    against a bf16 matmul with exactly the weights it multiplies.
+    """
+    n, k = weight_nk.shape
+    w = weight_nk.float().reshape(n, k // group_size, group_size)
+    w_min, w_max = w.amin(dim=-1, keepdim=True), w.amax(dim=-1, keepdim=True)
+    scales = ((w_max - w_min).clamp(min=1e-6) / 15)
+    zeros = w_min + scales * 8
+    q = torch.clamp(torch.round((w - w_min) / scales), 0, 15).to(torch.int32)
+    dequant = ((q.float() - 8) * scales + zeros).reshape(n, k).to(torch.bfloat16)
+    q = q.reshape(n, k)
+    scales_and_zeros = torch.stack([scales.squeeze(-1), zeros.squeeze(-1)], dim=-1)
+    scales_and_zeros = scales_and_zeros.transpose(0, 1).contiguous().to(torch.bfloat16)
+    if device == "cuda":
+        uint8 = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+        packed = torch.ops.aten._convert_weight_to_int4pack(uint8, 8)
+
+        def matmul(a):
+            return torch.ops.aten._weight_int4pack_mm(a, packed, group_size, scales_and_zeros)
+        kernel = "torch._weight_int4pack_mm (tinygemm)"
+    else:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+
+        def matmul(a):
+            return torch.ops.aten._weight_int4pack_mm_for_cpu(a, packed, group_size, scales_and_zeros)
+        kernel = "torch._weight_int4pack_mm_for_cpu"
+    return matmul, dequant, kernel
+
+
+def bench_shape(shape, device, repeats, group_size, do_bench):
+    m, k, n = shape["m"], shape["k"], shape["n"]
+    dtype = shape["dtype"]
+    weight_bytes_per_copy = k * n * (0.5 if dtype == "w4a16" else 2)
+    copies = max(1, min(64, int(CACHE_FLUSH_BYTES // max(1, weight_bytes_per_copy))))
+    if device == "cpu":
+        copies = min(copies, 8)
+    activations = [torch.randn(m, k, dtype=torch.bfloat16, device=device) for _ in range(copies)]
+    weights = [torch.randn(n, k, dtype=torch.bfloat16, device=device) * 0.02 for _ in range(copies)]
+    row = {**shape, "device": device, "rotated_copies": copies}
+    if dtype == "w4a16":
+        if k % group_size:
+            return {**row, "skipped": f"K={k} not a multiple of group size {group_size}"}
+        try:
+            packed = [int4_pack(w, group_size, device) for w in weights]
+        except (RuntimeError, NotImplementedError) as err:
+            return {**row, "skipped": f"int4 kernel unavailable: {str(err).splitlines()[0][:200]}"}
+        fns = [p[0] for p in packed]
+        reference_weights = [p[1] for p in packed]
+        row["kernel"] = packed[0][2]
+        row["group_size"] = group_size
+    else:
+        fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
+        reference_weights = weights
+        row["kernel"] = "torch.nn.functional.linear (cuBLAS)" if device == "cuda" else "torch.nn.functional.linear (oneDNN/MKL)"
+    out = fns[0](activations[0])
+    reference = activations[0].float() @ reference_weights[0].float().t()
+    error = ((out.float() - reference).norm() / reference.norm().clamp(min=1e-12)).item()
+    row["relative_error_vs_bf16_reference"] = error
+    if error > 0.05:
+        return {**row, "skipped": f"result disagrees with the bf16 reference (relative error {error:.3g})"}
+    state = {"i": 0}
+
+    def call():
+        i = state["i"] = (state["i"] + 1) % copies
+        fns[i](activations[i])
+
+    calls = copies if device == "cuda" else max(1, min(copies, 4))
+    seconds = None
+    if device == "cuda":
+        try:  # CUDA graph replay: launch overhead out of the measurement, as vLLM decodes
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for i in range(copies):
+                    fns[i](activations[i])
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(copies):
+                    fns[i](activations[i])
+            seconds = median_seconds(graph.replay, device, repeats, 1) / copies
+            row["timing"] = "CUDA events around CUDA graph replays"
+        except Exception as err:  # noqa: BLE001 - fall back to eager launches
+            row["graph_error"] = str(err).splitlines()[0][:200]
+    if seconds is None:
+        seconds = median_seconds(call, device, repeats, calls)
+        row["timing"] = "CUDA events, eager launches" if device == "cuda" else "perf_counter, median of repeats"
+    flops = 2 * m * k * n
+    moved = m * k * 2 + weight_bytes_per_copy + m * n * 2
+    if dtype == "w4a16":
+        moved += (k // group_size) * n * 2 * 2
+    row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
+               bytes_moved=moved)
+    if do_bench and device == "cuda":
+        import triton.testing
+
+        row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3 / 1
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("shapes")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--compare-do-bench", action="store_true")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+    with open(args.shapes) as handle:
+        shapes = json.load(handle)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    torch.manual_seed(0)
+    ceiling = copy_ceiling_gbps(device, args.repeats)
+    rows = []
+    seen = {}
+    for shape in shapes:
+        key = (shape["m"], shape["k"], shape["n"], shape["dtype"])
+        if key not in seen:
+            with torch.no_grad():
+                seen[key] = bench_shape(shape, device, args.repeats, args.group_size, args.compare_do_bench)
+        row = {**seen[key], "name": shape["name"]}
+        if "gbps" in row:
+            row["pct_of_copy_ceiling"] = row["gbps"] / ceiling * 100
+        rows.append(row)
+    info = {"device": device, "torch": torch.__version__,
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "threads": torch.get_num_threads()}
+    print(json.dumps({"info": info, "copy_ceiling_gbps": ceiling, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
