@@ -8,6 +8,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.report import HUMAN_NOTES_HEADING, existing_human_notes, render_html, task_table
 from orchestrator.schema import TodoState
 from tasks.session import Session
+from tasks.synthesis import synthesis_sections
 
 
 def write_findings(session: Session, state: TodoState) -> list[Path]:
@@ -15,12 +16,7 @@ def write_findings(session: Session, state: TodoState) -> list[Path]:
     document_path = folder / "findings.md"
     notes = existing_human_notes(document_path)
     sections = [f"# Findings: campaign `{state.campaign}`\n"]
-    try:
-        from tasks.synthesis import synthesis_sections
-
-        sections += synthesis_sections(session, state, folder)
-    except ImportError:
-        pass
+    sections += synthesis_sections(session, state, folder)
     sections.append("## Tasks\n\n" + task_table(state))
     sections.append(f"{HUMAN_NOTES_HEADING}\n\n{notes}")
     text = "\n".join(sections)

@@ -20,6 +20,18 @@ def extra_phase_specs(session: Session, phases: list[str]) -> list[TaskSpec]:
                      "macro", macro_sweep_action(session), depends_on=("macro_single",),
                      needs=("service",), priority=Priority.high),
         ]
+    if "profile" in phases:
+        from tasks.capture import capture_action
+
+        after = "macro_sweep" if "macro" in phases else "service_ready"
+        specs.append(TaskSpec("profile_capture", "Capture decode steps with torch.profiler through vLLM",
+                              "profile", capture_action(session), depends_on=(after,),
+                              needs=("service",), priority=Priority.high))
+    if "analysis" in phases and "profile" in phases:
+        from tasks.analysis import analysis_action
+
+        specs.append(TaskSpec("trace_analysis", "Break decode time down by category from the traces",
+                              "analysis", analysis_action(session), depends_on=("profile_capture",)))
     if "gemm" in phases:
         from tasks.micro import gemm_action
 

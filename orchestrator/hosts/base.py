@@ -147,7 +147,11 @@ class Host(ABC):
 
     def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
         """GET a URL on the host's loopback: (status, body); status 0 = nothing answered."""
-        return http_get_via_shell(self, port, path, timeout_s)
+        return http_via_shell(self, "GET", port, path, timeout_s)
+
+    def http_post(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
+        """POST an empty body to a URL on the host's loopback: (status, body)."""
+        return http_via_shell(self, "POST", port, path, timeout_s)
 
     def read_text(self, path: str, max_bytes: int = 4_000_000) -> str:
         """The last ``max_bytes`` of a text file on the host ('' if it does not exist)."""
@@ -159,7 +163,8 @@ class Host(ABC):
 HTTP_PROBE = (
     "import sys, urllib.request, urllib.error\n"
     "try:\n"
-    "    r = urllib.request.urlopen(sys.argv[1], timeout=float(sys.argv[2]))\n"
+    "    req = urllib.request.Request(sys.argv[1], method=sys.argv[3], data=b'' if sys.argv[3] == 'POST' else None)\n"
+    "    r = urllib.request.urlopen(req, timeout=float(sys.argv[2]))\n"
     "    code, body = r.status, r.read()\n"
     "except urllib.error.HTTPError as e:\n"
     "    code, body = e.code, e.read()\n"
@@ -169,13 +174,13 @@ HTTP_PROBE = (
 )
 
 
-def http_get_via_shell(host: Host, port: int, path: str, timeout_s: float) -> tuple[int, str]:
-    """GET http://127.0.0.1:PORT/PATH as seen from the host itself (no tunnel needed).
+def http_via_shell(host: Host, method: str, port: int, path: str, timeout_s: float) -> tuple[int, str]:
+    """GET or POST http://127.0.0.1:PORT/PATH as seen from the host itself (no tunnel needed).
 
     Status 0 means nothing answered (connection refused, timeout).
     """
     url = f"http://127.0.0.1:{int(port)}{path}"
-    result = host.run(["python3", "-c", HTTP_PROBE, url, str(timeout_s)], check=False,
+    result = host.run(["python3", "-c", HTTP_PROBE, url, str(timeout_s), method], check=False,
                       timeout_s=timeout_s + 30)
     first, _, body = result.stdout.partition("\n")
     return (int(first) if first.strip().isdigit() else 0), body

@@ -26,8 +26,14 @@ class LocalHost(Host):
         return CommandResult(command, done.returncode, done.stdout, done.stderr)
 
     def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
+        return self._http("GET", port, path, timeout_s)
+
+    def http_post(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
+        return self._http("POST", port, path, timeout_s)
+
+    def _http(self, method: str, port: int, path: str, timeout_s: float) -> tuple[int, str]:
         try:
-            response = httpx.get(f"http://127.0.0.1:{int(port)}{path}", timeout=timeout_s)
+            response = httpx.request(method, f"http://127.0.0.1:{int(port)}{path}", timeout=timeout_s)
         except httpx.HTTPError:
             return 0, ""
         return response.status_code, response.text

@@ -1,0 +1,147 @@
+"""Phase 3a: a torch.profiler capture of decode steps through vLLM's own profiler endpoints.
+
+The server was launched with `--profiler-config` from the start (one model load a campaign).
+Warmup, POST /start_profile, a batch of decode-heavy requests, POST /stop_profile (it blocks
+until the traces are written: minutes on big models), wait until every rank's trace is complete
+(size stable and gzip readable to the end), then fetch them. A manifest written last marks the
+capture safe; a rerun with its files present does not capture again, and an interrupted fetch
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.atomic import write_atomic
+from orchestrator.campaign import TaskContext
+from orchestrator.errors import TaskFailed
+from tasks.hostjson import run_json_script
+from tasks.macro import _vocab
+from tasks.service import profiler_dir, served_name
+from tasks.session import Session
+
+MANIFEST = "manifest.json"
+
+
+def list_traces(session: Session) -> dict[str, int]:
+    folder = shlex.quote(profiler_dir(session))
+    out = session.host().run(f"cd {folder} 2>/dev/null && for f in *.pt.trace.json.gz; do "
+                             f"[ -e \"$f\" ] && echo \"$(stat -c %s \"$f\") $f\"; done; true",
+                             timeout_s=60).stdout
+    return {name: int(size) for size, name in (line.split(" ", 1) for line in out.splitlines() if line)}
+
+
+def rank_traces(files: dict[str, int], ranks: int) -> dict[int, str]:
+    found = {}
+    for name in sorted(files):
+        if name.startswith("rank") and "." in name:
+            rank_text = name[4:].split(".", 1)[0]
+            if rank_text.isdigit():
+                found[int(rank_text)] = name
+    return {rank: found[rank] for rank in range(ranks) if rank in found}
+
+
+def wait_complete(session: Session, names: list[str], deadline_s: float) -> None:
+    """Each file's size stable across polls and `gzip -t` clean: written to the end."""
+    folder = profiler_dir(session)
+    deadline = time.monotonic() + deadline_s
+    pending = set(names)
+    last_sizes: dict[str, int] = {}
+    while pending:
+        sizes = list_traces(session)
+        for name in sorted(pending):
+            if sizes.get(name) and sizes[name] == last_sizes.get(name):
+                test = session.host().run(["gzip", "-t", f"{folder}/{name}"], check=False, timeout_s=600)
+                if test.exit_code == 0:
+                    pending.discard(name)
+        last_sizes = sizes
+        if pending and time.monotonic() > deadline:
+            raise TaskFailed(f"traces still incomplete after {deadline_s:.0f} s: {sorted(pending)}")
+        if pending:
+            time.sleep(1)
+
+
+def capture_action(session: Session):
+    def run(ctx: TaskContext) -> dict[str, Any]:
+        local_dir = ctx.artifacts_dir / "traces"
+        manifest_path = ctx.artifacts_dir / MANIFEST
+        if manifest_path.exists():
+            manifest = json.loads(manifest_path.read_text())
+            if all((local_dir / name).exists() and (local_dir / name).stat().st_size == size
+                   for name, size in manifest["files"].items()):
+                ctx.log("traces already safe; not capturing again")
+                return manifest
+        tp = session.config.service.tensor_parallel
+        cfg = session.config.profile
+        pending_path = ctx.artifacts_dir / "pending_capture.json"
+        if pending_path.exists():
+            # An earlier attempt captured but died while fetching: fetch those, don't re-capture.
+            chosen = json.loads(pending_path.read_text())
+        else:
+            chosen = capture_on_host(session, ctx, tp, cfg)
+            write_atomic(pending_path, json.dumps(chosen).encode())
+        files = {}
+        for rank, name in sorted(chosen["ranks"].items(), key=lambda item: int(item[0])):
+            session.host().get(f"{profiler_dir(session)}/{name}", local_dir / name)
+            files[name] = (local_dir / name).stat().st_size
+        manifest = {"files": files, "ranks": chosen["ranks"], "stop_profile_s": chosen["stop_profile_s"],
+                    "requests": cfg.requests, "output_tokens": cfg.output_tokens,
+                    "input_tokens": session.config.macro.input_tokens,
+                    "folder": str(local_dir), "load": chosen.get("load")}
+        write_atomic(manifest_path, json.dumps(manifest, indent=1).encode())
+        pending_path.unlink(missing_ok=True)
+        ctx.log(f"fetched {len(files)} rank traces, {sum(files.values()) / 1e6:.1f} MB")
+        return manifest
+
+    return run
+
+
+def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> dict[str, Any]:  # noqa: ANN001
+    host = session.host()
+    port = session.config.service.port
+    before = set(list_traces(session))
+    common = ["--port", str(port), "--model", served_name(session),
+              "--input-tokens", str(session.config.macro.input_tokens),
+              "--output-tokens", str(cfg.output_tokens), "--vocab", str(_vocab(ctx))]
+    if cfg.warmup_requests:
+        run_json_script(session, "loadgen.py", common + ["--requests", str(cfg.warmup_requests),
+                                                         "--warmup", "0"], timeout_s=1800)
+    status, body = host.http_post(port, "/start_profile", timeout_s=120)
+    if status == 404:
+        raise TaskFailed("the server has no /start_profile: it was not started with --profiler-config"
+                         " (an adopted server?); stop it and `orchestrate resume` to relaunch it")
+    if status != 200:
+        raise TaskFailed(f"POST /start_profile answered {status}: {body[:300]}")
+    try:
+        load = run_json_script(session, "loadgen.py",
+                               common + ["--requests", str(cfg.requests), "--concurrency", "1",
+                                         "--warmup", "0"], timeout_s=3600)
+    finally:
+        started = time.monotonic()
+        status, body = host.http_post(port, "/stop_profile", timeout_s=cfg.stop_timeout_s)
+        stop_s = time.monotonic() - started
+    if status != 200:
+        raise TaskFailed(f"POST /stop_profile answered {status} after {stop_s:.0f} s: {body[:300]}")
+    ctx.log(f"/stop_profile returned after {stop_s:.1f} s")
+    deadline = time.monotonic() + cfg.stop_timeout_s
+    while True:
+        new = {name: size for name, size in list_traces(session).items() if name not in before}
+        ranks = rank_traces(new, tp)
+        if len(ranks) == tp:
+            break
+        if time.monotonic() > deadline:
+            raise TaskFailed(f"only ranks {sorted(ranks)} of {tp} wrote a trace in {profiler_dir(session)}")
+        time.sleep(1)
+    wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
+    summary = {"requests": len(load["requests"]), "duration_s": load["duration_s"]}
+    return {"ranks": {str(rank): name for rank, name in ranks.items()}, "stop_profile_s": round(stop_s, 2),
+            "load": summary}
+
+
+def trace_paths(manifest: dict[str, Any]) -> dict[int, Path]:
+    folder = Path(manifest["folder"])
+    return {int(rank): folder / name for rank, name in manifest["ranks"].items()}
