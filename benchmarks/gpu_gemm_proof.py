@@ -1,0 +1,51 @@
+"""GPU proof for phase 2a: the GEMM phase's script at the Kimi-K2 TP=8 per-rank shapes.
+
+Runs on a CUDA host (the lent H200): derives the shapes with tasks.gemm_shapes, adds a W4A16
+variant of every bf16 layer, runs tasks/remote/gemm_bench.py with --compare-do-bench and
+prints a table: our µs vs triton.testing.do_bench's, and % of the copy ceiling measured in the
+same run. usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tasks.gemm_shapes import derive_shapes  # noqa: E402
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    config = json.loads((ROOT / "tests/data/configs/kimi_k2_thinking.json").read_text())
+    derived = derive_shapes(config, 8, [1, 8, 32, 128], "kimi_k2_thinking.json")
+    shapes = [row for row in derived["shapes"] if row["name"] != "moe_gate"]
+    shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
+               for row in shapes if row["dtype"] == "bf16"]
+    shapes_path = out.with_suffix(".shapes.json")
+    shapes_path.write_text(json.dumps(shapes))
+    result = subprocess.run([sys.executable, str(ROOT / "tasks/remote/gemm_bench.py"), str(shapes_path),
+                             "--repeats", "20", "--group-size", str(derived["group_size"]),
+                             "--compare-do-bench"], capture_output=True, text=True)
+    if result.returncode:
+        print(result.stderr[-3000:])
+        sys.exit(1)
+    document = json.loads(result.stdout.strip().splitlines()[-1])
+    out.write_text(json.dumps(document, indent=1))
+    print(f"device {document['info']['device_name']}, torch {document['info']['torch']},"
+          f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s")
+    print(f"{'layer':34} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'us':>8} {'do_bench':>8} {'diff%':>6} {'GB/s':>7} {'%copy':>6}")
+    for row in document["rows"]:
+        if "us" not in row:
+            print(f"{row['name']:34} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} skipped: {row.get('skipped')}")
+            continue
+        ref = row.get("do_bench_us")
+        diff = (row["us"] - ref) / ref * 100 if ref else float("nan")
+        print(f"{row['name'][:34]:34} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
+              f" {ref or float('nan'):8.1f} {diff:6.1f} {row['gbps']:7.0f} {row['pct_of_copy_ceiling']:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
