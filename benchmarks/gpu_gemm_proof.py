@@ -36,16 +36,26 @@ def main() -> None:
     out.write_text(json.dumps(document, indent=1))
     print(f"device {document['info']['device_name']}, torch {document['info']['torch']},"
           f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s")
-    print(f"{'layer':34} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'us':>8} {'do_bench':>8} {'diff%':>6} {'GB/s':>7} {'%copy':>6}")
+    print(f"{'layer':30} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'graph us':>8} {'dbcg us':>8} {'diff%':>6}"
+          f" {'eager us':>8} {'db us':>8} {'diff%':>6} {'GB/s':>6} {'%copy':>6}")
+    diffs_graph, diffs_eager = [], []
     for row in document["rows"]:
         if "us" not in row:
-            print(f"{row['name']:34} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} skipped: {row.get('skipped')}")
+            print(f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} skipped: {row.get('skipped')}")
             continue
-        ref = row.get("do_bench_us")
-        diff = (row["us"] - ref) / ref * 100 if ref else float("nan")
-        print(f"{row['name'][:34]:34} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
-              f" {ref or float('nan'):8.1f} {diff:6.1f} {row['gbps']:7.0f} {row['pct_of_copy_ceiling']:6.1f}")
-
+        graph_ref, eager_ref = row.get("do_bench_cudagraph_us"), row.get("do_bench_us")
+        d_graph = (row["us"] - graph_ref) / graph_ref * 100 if graph_ref else float("nan")
+        d_eager = (row["eager_us"] - eager_ref) / eager_ref * 100 if eager_ref else float("nan")
+        diffs_graph.append(abs(d_graph))
+        diffs_eager.append(abs(d_eager))
+        print(f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
+              f" {graph_ref or float('nan'):8.1f} {d_graph:6.1f} {row['eager_us']:8.1f} {eager_ref:8.1f}"
+              f" {d_eager:6.1f} {row['gbps']:6.0f} {row['pct_of_copy_ceiling']:6.1f}")
+    import statistics
+    print(f"median |diff| vs do_bench_cudagraph: {statistics.median(diffs_graph):.1f}%;"
+          f" vs do_bench (eager): {statistics.median(diffs_eager):.1f}%;"
+          f" rows within 5%: {sum(d <= 5 for d in diffs_graph)}/{len(diffs_graph)} (graph),"
+          f" {sum(d <= 5 for d in diffs_eager)}/{len(diffs_eager)} (eager)")
 
 if __name__ == "__main__":
     main()

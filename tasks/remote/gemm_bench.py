@@ -153,9 +153,18 @@ def bench_shape(shape, device, repeats, group_size, do_bench):
     row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
                bytes_moved=moved)
     if do_bench and device == "cuda":
+        # Same rotating call, timed two ways by Triton: eager launches (do_bench) against our
+        # eager timing, and CUDA-graph replays (do_bench_cudagraph) against our graph timing.
         import triton.testing
 
-        row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3 / 1
+        row["eager_us"] = median_seconds(call, device, repeats, calls) * 1e6
+        row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3
+        if row["timing"].startswith("CUDA events around CUDA graph"):
+            def graph_call():
+                for i in range(copies):
+                    fns[i](activations[i])
+            row["do_bench_cudagraph_us"] = triton.testing.do_bench_cudagraph(
+                graph_call, rep=200, return_mode="median") * 1e3 / copies
     return row
 
 
