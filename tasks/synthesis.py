@@ -77,6 +77,8 @@ def key_figures(session: Session, doc: Doc) -> dict[str, Any]:
     single = doc.get("macro_single").get("single_stream", {})
     figures["decode_tpot_ms"] = single.get("tpot_ms", {}).get("mean")
     figures["w4a16_vs_bf16_speedup"] = w4a16_speedup(doc.get("gemm_bench").get("rows", []))
+    info = doc.get("gemm_bench").get("info")
+    figures["cuda"] = (1 if info.get("device") == "cuda" else 0) if info else None
     figures["dominant_category"] = max(cats, key=lambda c: cats[c]["share_pct"]) if cats else None
     figures["rank0"] = rank0
     return figures
