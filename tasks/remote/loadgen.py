@@ -148,10 +148,18 @@ async def run(args):
                 "stream_options": {"include_usage": True}}
 
     host, port = args.host, args.port
+    warmup_base = scrape_metrics(f"http://{host}:{port}").get("vllm:e2e_request_latency_seconds_count")
     for _ in range(args.warmup):
         conn = Connection(host, port)
         await stream_request(conn, "/v1/completions", body())
         conn.close()
+    if warmup_base is not None and args.warmup:
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            now = scrape_metrics(f"http://{host}:{port}").get("vllm:e2e_request_latency_seconds_count", 0.0)
+            if now >= warmup_base + args.warmup:
+                break
+            await asyncio.sleep(0.05)
     bodies = [body() for _ in range(args.requests)]
     queue = asyncio.Queue()
     for item in bodies:
@@ -174,12 +182,19 @@ async def run(args):
         conn.close()
 
     base = f"http://{host}:{port}"
+    counter = "vllm:e2e_request_latency_seconds_count"
     before = scrape_metrics(base)
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
-    await asyncio.sleep(0.2)  # let the server record its last histograms
+    # The server records a request's histograms after its stream ends: wait until it has
+    # counted every request of this run, so the delta covers exactly this run.
+    expected = before.get(counter, 0.0) + len(records)
+    deadline = time.perf_counter() + 10
     after = scrape_metrics(base)
+    while counter in after and after[counter] < expected and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+        after = scrape_metrics(base)
     delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
     return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
             "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,

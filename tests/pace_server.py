@@ -1,0 +1,94 @@
+"""A deliberate fake: an OpenAI-style streaming server that emits tokens at a known pace.
+
+It exists to give the load client ground truth: it records when it actually wrote each
+request's first chunk and its final `[DONE]`, so client-side TTFT/TPOT can be compared with
+what really happened on the wire. Standard library only. Run as a process:
+    python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY]
+GET /stats returns the per-request records; FAIL_EVERY=n answers every n-th request with 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+RECORDS: list[dict] = []
+COUNTER = {"n": 0}
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, pace: float,
+                 fail_every: int) -> None:
+    try:
+        while True:
+            request_line = await reader.readline()
+            if not request_line:
+                return
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                key, _, value = line.decode().partition(":")
+                headers[key.strip().lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length", 0)))
+            method, path, _ = request_line.decode().split(" ", 2)
+            if path == "/stats":
+                payload = json.dumps(RECORDS).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                await writer.drain()
+                continue
+            if path != "/v1/completions":
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
+                continue
+            COUNTER["n"] += 1
+            if fail_every and COUNTER["n"] % fail_every == 0:
+                message = b'{"error": "injected failure"}'
+                writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(message)).encode() + b"\r\n\r\n" + message)
+                await writer.drain()
+                continue
+            tokens = json.loads(body)["max_tokens"]
+            await stream(writer, tokens, ttft, pace)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        return
+    finally:
+        writer.close()
+
+
+async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: float) -> None:
+    loop = asyncio.get_running_loop()
+    received = loop.time()
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+    def chunk(data: bytes) -> None:
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    first_at = None
+    for index in range(tokens):
+        # Absolute deadlines, so sleep overshoot does not accumulate into the pace.
+        await asyncio.sleep(max(0.0, received + ttft + index * pace - loop.time()))
+        chunk(b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n')
+        await writer.drain()
+        if first_at is None:
+            first_at = time.perf_counter()
+    chunk(b'data: {"choices": [], "usage": {"completion_tokens": ' + str(tokens).encode() + b"}}\n\n")
+    chunk(b"data: [DONE]\n\n")
+    chunk(b"")
+    await writer.drain()
+    done_at = time.perf_counter()
+    RECORDS.append({"tokens": tokens, "tpot_s": (done_at - first_at) / (tokens - 1) if tokens > 1 else None})
+
+
+async def main() -> None:
+    port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    fail_every = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    server = await asyncio.start_server(
+        lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every), "127.0.0.1", port, backlog=1024)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
