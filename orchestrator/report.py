@@ -38,6 +38,23 @@ def task_table(state: TodoState) -> str:
                      "depends on", "needs"], rows)
 
 
+def timing_summary(state: TodoState) -> str:
+    """Campaign span against the tasks' own time: what the engine itself cost.
+
+    Over several resumes the span includes the time nobody was running it, so the figure is
+    meaningful for an uninterrupted run.
+    """
+    timed = [t for t in state.todos if t.started_at and t.finished_at and t.duration_s is not None]
+    if not timed:
+        return ""
+    span_s = (max(t.finished_at for t in timed) - min(t.started_at for t in timed)).total_seconds()
+    work_s = sum(t.duration_s for t in timed)
+    overhead_s = span_s - work_s
+    share = overhead_s / span_s * 100 if span_s > 0 else 0.0
+    return (f"Campaign span {span_s:.1f} s; the tasks' own time {work_s:.1f} s; orchestration overhead"
+            f" {overhead_s:.2f} s ({share:.2f}% of the span, from the todo timestamps).\n")
+
+
 def existing_human_notes(document_path: Path) -> str:
     """The body of the human-notes section of the current document, or the placeholder."""
     if not document_path.exists():

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.campaign import Campaign, TaskContext, TaskSkipped, TaskSpec, validate_graph
-from orchestrator.errors import ConnectionLost, InputError, Interrupted, OrchestrateError, TaskFailed, tail_lines
+from orchestrator.errors import (
+    ConnectionLost,
+    InputError,
+    Interrupted,
+    OrchestrateError,
+    TaskFailed,
+    tail_lines,
+)
 from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, now
 from orchestrator.statefile import StateLock, load_state, save_state
 

@@ -85,7 +85,7 @@ def capture_action(session: Session):
             chosen = capture_on_host(session, ctx, tp, cfg)
             write_atomic(pending_path, json.dumps(chosen).encode())
         files = {}
-        for rank, name in sorted(chosen["ranks"].items(), key=lambda item: int(item[0])):
+        for _, name in sorted(chosen["ranks"].items(), key=lambda item: int(item[0])):
             session.host().get(f"{profiler_dir(session)}/{name}", local_dir / name)
             files[name] = (local_dir / name).stat().st_size
         manifest = {"files": files, "ranks": chosen["ranks"], "stop_profile_s": chosen["stop_profile_s"],

@@ -77,7 +77,6 @@ def allreduce_action(session: Session):
         tp = session.config.service.tensor_parallel
         model_sizes, sizes = message_sizes(derived["hidden_size"], cfg.decode_tokens,
                                            cfg.sweep_min_bytes, cfg.sweep_max_bytes)
-        script = session.ship("allreduce_bench.py")
         accelerator = session.host().run(
             [session.python, "-c", "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"],
             timeout_s=120).stdout.strip()

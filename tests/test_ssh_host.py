@@ -130,10 +130,10 @@ def test_proxyjump_through_a_bastion(sshd, tmp_path: Path) -> None:
 
 
 def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
-    from conftest import run_cli
-
     import subprocess
     import sys
+
+    from conftest import run_cli
 
     lines = [sshd.config_toml(tmp_path / "work", sys.executable), '[campaign]\nname = "remote"\nphases = []\n']
     for index in range(8):

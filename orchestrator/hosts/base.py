@@ -118,7 +118,7 @@ class Host(ABC):
         return result.exit_code == 0 and bool(stat) and not stat.startswith("Z")
 
     def group_pids(self, pgid: int) -> list[int]:
-        result = self.run(f"ps -e -o pid=,pgid=,stat=", check=False, timeout_s=30)
+        result = self.run("ps -e -o pid=,pgid=,stat=", check=False, timeout_s=30)
         pids = []
         for line in result.stdout.splitlines():
             parts = line.split()

