@@ -190,8 +190,8 @@ class Runner:
             return
         except KeyboardInterrupt:
             # Back to pending: the attempt did not fail, the user stopped it.
-            self._close(state, todo, started, Status.pending)
-            todo.started_at = None
+            todo.status, todo.attempts = Status.pending, todo.attempts - 1
+            todo.started_at = todo.finished_at = todo.duration_s = None
             save_state(self.state_path, state)
             raise Interrupted(
                 f"interrupted during '{todo.id}'; state saved to {self.state_path},"

@@ -167,7 +167,7 @@ def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers
     if workers > 1 and len(jobs) > 1:
         import multiprocessing
 
-        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs)), maxtasksperchild=1) as pool:
+        with multiprocessing.get_context("spawn").Pool(min(workers, len(jobs))) as pool:
             ranks = pool.map(_analyze_one, jobs, chunksize=1)
     else:
         ranks = [_analyze_one(job) for job in jobs]

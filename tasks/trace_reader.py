@@ -119,7 +119,7 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
                 block = stream.read(BLOCK_BYTES)
                 cut = buffer.rfind(BETWEEN_EVENTS)
                 if cut >= 0:
-                    columns.take(_decode(path, buffer[: cut + 4]), keep_cpu_op)
+                    _take_block(path, buffer[: cut + 4], columns, keep_cpu_op)
                     buffer = buffer[cut + 6:]
                 if not block:
                     break
@@ -129,7 +129,7 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
                 raise _bad(path, "the traceEvents array never closes")
             tail = buffer[:end].strip()
             if tail:
-                columns.take(_decode(path, tail), keep_cpu_op)
+                _take_block(path, tail, columns, keep_cpu_op)
             if columns.rank is None and (match := RANK.search(buffer[end:])):
                 columns.rank = int(match[1])
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
@@ -137,9 +137,38 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
     return columns
 
 
-def _decode(path: Path, events_text: bytes) -> list[Event]:
+WANTED_CATS = (DEVICE_CATS | STEP_CATS)
+CAT_KEY = b'"cat": "'
+
+
+def _take_block(path: Path, text: bytes, columns: Columns, keep_cpu_op) -> None:  # noqa: ANN001
+    """Decode only the events the analysis can use.
+
+    Splitting on Kineto's event separator and reading each event's `cat` from its first line
+    is far cheaper than decoding every event: on a GPU trace most events are CPU ops, runtime
+    calls and flows that the breakdown never looks at. CPU ops are kept while no device event
+    has been seen (a CPU trace needs them; a GPU trace does not).
+    """
+    wanted = WANTED_CATS if columns.device_ts else WANTED_CATS | {"cpu_op"}
+    parts = text.split(b"\n  },\n  {")
+    # Inner text of each event: the first part still has its opening brace, the last its closing one.
+    parts[0] = parts[0][parts[0].find(b"{") + 1 :]
+    parts[-1] = parts[-1][: parts[-1].rstrip().rfind(b"}")]
+    kept = []
+    for part in parts:
+        at = part.find(CAT_KEY, 0, 200)
+        if at < 0:
+            continue  # metadata and instant events carry no category
+        if part[at + 8 : part.find(b'"', at + 8)].decode() in wanted:
+            kept.append(part)
+    if not kept:
+        return
+    columns.take(_decode(path, b"[{" + b"},{".join(kept) + b"}]"), keep_cpu_op)
+
+
+def _decode(path: Path, array_text: bytes) -> list[Event]:
     try:
-        return EVENTS.decode(b"[" + events_text + b"]")
+        return EVENTS.decode(array_text)
     except msgspec.DecodeError as err:
         raise _bad(path, f"malformed events ({err})") from None
 

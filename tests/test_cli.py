@@ -160,3 +160,25 @@ def test_schema_command_prints_json_schema(tmp_path: Path) -> None:
     schema = json.loads(result.stdout)
     assert set(schema["$defs"]["Todo"]["properties"]) >= {"content", "priority", "status", "depends_on",
                                                          "attempts", "error", "result"}
+
+
+def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("first", "true", []), ("slow", "sleep 30", ["first"]),
+                                      ("last", "true", ["slow"])])
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state_path = tmp_path / "state" / "todo.json"
+    for _ in range(200):
+        state = load_state(state_path) if state_path.exists() else None
+        if state and state.by_id()["slow"].status == "in_progress":
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and "Traceback" not in err
+    todos = load_state(state_path).by_id()
+    assert todos["first"].status == "completed"
+    assert todos["slow"].status == "pending" and todos["slow"].started_at is None
+    (tmp_path / "campaign.toml").write_text((tmp_path / "campaign.toml").read_text().replace("sleep 30", "true"))
+    assert run_cli(["resume"], tmp_path).returncode == 0
+    assert all(t.status == "completed" for t in load_state(state_path).todos)

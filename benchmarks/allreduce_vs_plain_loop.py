@@ -1,0 +1,75 @@
+"""All-reduce figures of tasks/remote/allreduce_bench.py against an independent plain
+torch.distributed loop (timing every call between barriers), side by side in one run.
+gloo on CPU here; NCCL where GPUs are. usage: python benchmarks/allreduce_vs_plain_loop.py [--ranks 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = r'''
+import json, os, sys, time, statistics, torch, torch.distributed as dist
+cuda = torch.cuda.is_available()
+dist.init_process_group("nccl" if cuda else "gloo")
+if cuda: torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+rows = []
+for size in map(int, sys.argv[1].split(",")):
+    t = torch.ones(size // 2, dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
+    for _ in range(5): dist.all_reduce(t)
+    samples = []
+    for _ in range(200):
+        dist.barrier()
+        if cuda: torch.cuda.synchronize()
+        s = time.perf_counter(); dist.all_reduce(t)
+        if cuda: torch.cuda.synchronize()
+        samples.append(time.perf_counter() - s)
+    rows.append({"bytes": size, "latency_us": statistics.median(samples) * 1e6})
+if int(os.environ["RANK"]) == 0: print(json.dumps(rows))
+dist.destroy_process_group()
+'''
+
+
+def torchrun(ranks: int, port: int, *argv: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                          "--master-port", str(port), *argv], capture_output=True, text=True,
+                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "NCCL_NVLS_ENABLE": "0"})
+    lines = [line for line in out.stdout.splitlines() if line.startswith(("{", "["))]
+    if not lines:
+        raise SystemExit(out.stderr[-3000:])
+    return lines[-1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--sizes", default="512,4096,16384,65536,262144,1048576,4194304")
+    args = parser.parse_args()
+    ours_runs, plain_runs = [], []
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write(PLAIN)
+    for attempt in range(3):
+        ours = json.loads(torchrun(args.ranks, 29600 + attempt, str(ROOT / "tasks/remote/allreduce_bench.py"),
+                                   "--sizes", args.sizes, "--iterations", "50"))
+        ours_runs.append({r["bytes"]: r["latency_us"] for r in ours["rows"]})
+        plain = json.loads(torchrun(args.ranks, 29700 + attempt, handle.name, args.sizes))
+        plain_runs.append({r["bytes"]: r["latency_us"] for r in plain})
+    backend = ours["backend"]
+    print(f"{backend}, {args.ranks} ranks; medians of 3 runs a side")
+    print(f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'ours busbw GB/s':>16}")
+    n = args.ranks
+    for size in map(int, args.sizes.split(",")):
+        a = statistics.median(r[size] for r in ours_runs)
+        b = statistics.median(r[size] for r in plain_runs)
+        busbw = size / (a / 1e6) / 1e9 * 2 * (n - 1) / n
+        print(f"{size:>9} {a:9.1f} {b:14.1f} {(a - b) / b * 100:7.1f} {busbw:16.3f}")
+
+
+if __name__ == "__main__":
+    main()
