@@ -120,15 +120,15 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
                 cut = buffer.rfind(BETWEEN_EVENTS)
                 if cut >= 0:
                     _take_block(path, buffer[: cut + 4], columns, keep_cpu_op)
-                    buffer = buffer[cut + 6:]
+                    buffer = buffer[cut + 5:]
                 if not block:
                     break
                 buffer += block
             end = buffer.rfind(b"\n  ]")
             if end < 0:
                 raise _bad(path, "the traceEvents array never closes")
-            tail = buffer[:end].strip()
-            if tail:
+            tail = buffer[:end]
+            if tail.strip():
                 _take_block(path, tail, columns, keep_cpu_op)
             if columns.rank is None and (match := RANK.search(buffer[end:])):
                 columns.rank = int(match[1])
@@ -137,33 +137,49 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
     return columns
 
 
-WANTED_CATS = (DEVICE_CATS | STEP_CATS)
+WANTED_CATS = DEVICE_CATS | STEP_CATS
 CAT_KEY = b'"cat": "'
+KINETO_EVENT_START = b'\n  {\n    "ph": "'
+
+
+def _wanted_pattern(cats: frozenset[str]) -> re.Pattern[bytes]:
+    alternatives = b"|".join(re.escape(cat.encode()) for cat in sorted(cats))
+    return re.compile(rb'\n  \{\n    "ph": "X", "cat": "(?:' + alternatives + rb')"')
+
+
+WANTED_GPU = _wanted_pattern(WANTED_CATS)
+WANTED_ANY = _wanted_pattern(WANTED_CATS | {"cpu_op"})
 
 
 def _take_block(path: Path, text: bytes, columns: Columns, keep_cpu_op) -> None:  # noqa: ANN001
     """Decode only the events the analysis can use.
 
-    Splitting on Kineto's event separator and reading each event's `cat` from its first line
-    is far cheaper than decoding every event: on a GPU trace most events are CPU ops, runtime
-    calls and flows that the breakdown never looks at. CPU ops are kept while no device event
-    has been seen (a CPU trace needs them; a GPU trace does not).
+    On a GPU trace most events are CPU ops, runtime calls and flows the breakdown never reads,
+    so finding the wanted ones by their first line (Kineto writes `ph` then `cat`) and decoding
+    only those is several times cheaper than decoding every event. CPU ops are kept while no
+    device event has been seen: a CPU trace needs them, a GPU trace does not. A block in
+    another field order is split event by event instead.
     """
+    if KINETO_EVENT_START in text[:64]:
+        pattern = WANTED_GPU if columns.device_ts else WANTED_ANY
+        kept = []
+        for match in pattern.finditer(text):
+            kept.append(text[match.start() + 3 : text.find(b"\n  }", match.end()) + 4])
+        if kept:
+            columns.take(_decode(path, b"[" + b",".join(kept) + b"]"), keep_cpu_op)
+        return
     wanted = WANTED_CATS if columns.device_ts else WANTED_CATS | {"cpu_op"}
     parts = text.split(b"\n  },\n  {")
     # Inner text of each event: the first part still has its opening brace, the last its closing one.
     parts[0] = parts[0][parts[0].find(b"{") + 1 :]
     parts[-1] = parts[-1][: parts[-1].rstrip().rfind(b"}")]
-    kept = []
+    inner = []
     for part in parts:
-        at = part.find(CAT_KEY, 0, 200)
-        if at < 0:
-            continue  # metadata and instant events carry no category
-        if part[at + 8 : part.find(b'"', at + 8)].decode() in wanted:
-            kept.append(part)
-    if not kept:
-        return
-    columns.take(_decode(path, b"[{" + b"},{".join(kept) + b"}]"), keep_cpu_op)
+        at = part.find(CAT_KEY)
+        if at >= 0 and part[at + 8 : part.find(b'"', at + 8)].decode() in wanted:
+            inner.append(part)
+    if inner:
+        columns.take(_decode(path, b"[{" + b"},{".join(inner) + b"}]"), keep_cpu_op)
 
 
 def _decode(path: Path, array_text: bytes) -> list[Event]:

@@ -85,3 +85,13 @@ def test_bad_rules_file_is_named(tmp_path: Path) -> None:
     rules.write_text("[[rule]]\npatterns = ['x']\n")
     with pytest.raises(InputError, match="rules.toml: bad rules file"):
         Classifier(rules)
+
+
+def test_kineto_layout_in_another_field_order_gives_the_same_answer(tmp_path: Path) -> None:
+    document = json.loads(gzip.decompress(GPU_TRACE.read_bytes()))
+    events = [dict(sorted(event.items())) for event in document.pop("traceEvents")]  # "cat" before "ph"
+    body = ",\n".join("  {\n    " + json.dumps(event)[1:-1] + "\n  }" for event in events)
+    header = ",\n".join(f'  "{key}": {json.dumps(value)}' for key, value in document.items())
+    reordered = tmp_path / "reordered.json"
+    reordered.write_text("{\n" + header + ',\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
+    assert analyze_trace(reordered, Classifier())["categories"] == analyze_trace(GPU_TRACE, Classifier())["categories"]
