@@ -20,7 +20,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed
 from tasks.hostjson import run_json_script
-from tasks.macro import _vocab
+from tasks.macro import model_vocab
 from tasks.service import profiler_dir, served_name
 from tasks.session import Session
 
@@ -106,7 +106,7 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> dict[st
     before = set(list_traces(session))
     common = ["--port", str(port), "--model", served_name(session),
               "--input-tokens", str(session.config.macro.input_tokens),
-              "--output-tokens", str(cfg.output_tokens), "--vocab", str(_vocab(ctx))]
+              "--output-tokens", str(cfg.output_tokens), "--vocab", str(model_vocab(ctx))]
     if cfg.warmup_requests:
         run_json_script(session, "loadgen.py", common + ["--requests", str(cfg.warmup_requests),
                                                          "--warmup", "0"], timeout_s=1800)

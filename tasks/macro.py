@@ -13,7 +13,7 @@ from tasks.service import served_name
 from tasks.session import Session
 
 
-def _vocab(ctx: TaskContext) -> int:
+def model_vocab(ctx: TaskContext) -> int:
     config_path = ctx.result_of("model_config").get("config_artifact")
     with open(config_path) as handle:
         return int(json.load(handle).get("vocab_size", 32000))
@@ -25,7 +25,7 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
     args = ["--port", str(session.config.service.port), "--model", served_name(session),
             "--input-tokens", str(cfg.input_tokens), "--output-tokens", str(cfg.output_tokens),
             "--concurrency", str(concurrency), "--requests", str(requests),
-            "--warmup", str(warmup), "--vocab", str(_vocab(ctx)), "--seed", str(seed)]
+            "--warmup", str(warmup), "--vocab", str(model_vocab(ctx)), "--seed", str(seed)]
     raw = run_json_script(session, "loadgen.py", args, timeout_s=3600)
     artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
     write_atomic(artifact, json.dumps(raw).encode())
