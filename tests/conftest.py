@@ -26,9 +26,9 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subpr
 
 
 def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str]]],
-                           name: str = "quick") -> Path:
+                           name: str = "quick", max_attempts: int = 3) -> Path:
     """A campaign of plain command tasks: (id, shell command, dependencies) each."""
-    lines = ["[campaign]", f'name = "{name}"', "phases = []", ""]
+    lines = ["[campaign]", f'name = "{name}"', "phases = []", f"max_attempts = {max_attempts}", ""]
     for task_id, command, depends_on in commands:
         deps = ", ".join(f'"{dep}"' for dep in depends_on)
         lines += ["[[commands]]", f'id = "{task_id}"', f'content = "run {task_id}"',
