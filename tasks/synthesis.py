@@ -101,9 +101,9 @@ def summary_section(figures: dict[str, Any]) -> str:
         cat = rank0["categories"][dominant]
         comm = rank0["categories"].get("communication")
         lines.append(f"- Decode steps on rank 0 spend most device time in **{dominant}**:"
-                     f" {cat['share_pct']:.1f}% ({cat['calls_per_step']:.0f} calls a step,"
-                     f" {cat['mean_us_per_call']:.1f} µs a call, {cat['ms_per_step']:.3f} ms a step).")
-        if comm:
+                     f" {cat['share_pct']:.1f}% of decode device time ({cat['calls_per_step']:.0f} calls"
+                     f" a step, {cat['mean_us_per_call']:.1f} µs a call, {cat['ms_per_step']:.3f} ms a step).")
+        if comm and dominant != "communication":
             lines.append(f"- Communication is {comm['share_pct']:.1f}% of decode device time:"
                          f" {comm['calls_per_step']:.0f} calls a step at {comm['mean_us_per_call']:.1f} µs.")
     if figures.get("decode_tpot_ms"):
