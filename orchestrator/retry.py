@@ -45,7 +45,7 @@ def reconnect_policy(host: str) -> Callable[[Callable[[], Any]], Callable[[], An
     )
 
 
-def poll_policy(what: str, deadline_s: float, interval_s: float = 0.5) -> tenacity.Retrying:
+def poll_policy(deadline_s: float, interval_s: float = 0.5) -> tenacity.Retrying:
     """Poll until a condition is met: fixed short interval (readiness seen quickly), a deadline."""
     return tenacity.Retrying(
         retry=tenacity.retry_if_result(lambda ok: not ok),

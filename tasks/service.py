@@ -148,10 +148,10 @@ class ServiceLifecycle:
 
     # -- the need "service" ---------------------------------------------------------------
     def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
-        if self.known.facts and self.serving_model() == served_name(self.session):
-            return self.known.facts
         served = self.serving_model()
         expected = served_name(self.session)
+        if self.known.facts and served == expected:
+            return self.known.facts  # already up in this process: nothing to do
         if served is not None:
             if served != expected:
                 raise TaskFailed(
@@ -231,7 +231,7 @@ class ServiceLifecycle:
                       TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                       transient=True) as bar:
             task = bar.add_task(progress.describe(), total=100)
-            ready = poll_policy("vLLM readiness", cfg.ready_deadline_s)(poll)
+            ready = poll_policy(cfg.ready_deadline_s)(poll)
         if not ready:
             raise TaskFailed(f"vLLM not ready on {host.name} after {cfg.ready_deadline_s:.0f} s"
                              f" (last phase: {progress.describe()}); raise service.ready_deadline_s"
