@@ -152,3 +152,14 @@ def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
     done = (tmp_path / "done.log").read_text().split()
     assert set(done) == {f"c{index}" for index in range(8)}
     assert run_cli(["status"], tmp_path).returncode == 0
+
+
+def test_one_shell_serves_many_commands_without_leaking_state(ssh_host: SSHHost) -> None:
+    assert ssh_host.run("exit 5", check=False).exit_code == 5  # a subshell: the shell lives on
+    assert ssh_host.run("cd /; export LEAK=1; printf no-newline").stdout == "no-newline"
+    assert ssh_host.run("pwd; echo ${LEAK:-clean}").stdout.split() != ["/", "1"]
+    assert ssh_host.run("cat", timeout_s=5).stdout == ""  # stdin is /dev/null, not the protocol
+    big = ssh_host.run("head -c 3000000 /dev/zero | tr '\\0' x; echo err >&2")
+    assert len(big.stdout) == 3_000_000 and big.stderr == "err\n"
+    assert ssh_host.run("# a comment at the end").exit_code == 0
+    assert ssh_host.connects == 1

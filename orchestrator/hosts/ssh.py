@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import paramiko
 
 from orchestrator.errors import ConnectionLost, HostError, HostKeyError
 from orchestrator.hosts.base import CommandResult, Host
+from orchestrator.hosts.remote_shell import RemoteShell, ShellTimeout
 from orchestrator.retry import reconnect_policy
 
 CHUNK_BYTES = 1 << 20
@@ -84,6 +84,7 @@ class SSHHost(Host):
         self.name = self.target.alias
         self._client: paramiko.SSHClient | None = None
         self._jump: SSHHost | None = None
+        self._shell: RemoteShell | None = None
         self.connects = 0  # how many connections were made: reuse is measurable
 
     # -- connection -----------------------------------------------------------------------
@@ -154,66 +155,50 @@ class SSHHost(Host):
         return self._client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self._drop()
         if self._jump is not None:
             self._jump.close()
 
     # -- commands -------------------------------------------------------------------------
     def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
-        channel = self._open_channel()
+        shell = self._live_shell()
         try:
-            return self._collect(channel, command, timeout_s)
+            code, stdout, stderr = shell.run(command, timeout_s)
+        except ShellTimeout as timeout:
+            self._drop_shell()
+            return CommandResult(command, 124, str(timeout), f"timed out after {timeout_s} s")
         except (paramiko.SSHException, EOFError, OSError) as err:
             # The command may or may not have run: never re-sent here. The runner re-runs
             # the whole (idempotent) task instead.
             self._drop()
             raise ConnectionLost(f"ssh {self.name}: connection lost running `{command[:80]}`"
                                  f" ({type(err).__name__}: {err})") from None
+        return CommandResult(command, code, stdout, stderr)
 
-    def _open_channel(self) -> paramiko.Channel:
-        """A session channel; a connection found dead before the command is re-made first."""
+    def _live_shell(self) -> RemoteShell:
+        """The connection's shell; a connection or shell found dead before the command is re-made."""
+        if self._shell is not None and self._shell.alive and self._client is not None:
+            transport = self._client.get_transport()
+            if transport is not None and transport.is_active():
+                return self._shell
+        self._drop_shell()
         try:
-            return self.client().get_transport().open_session()  # type: ignore[union-attr]
+            self._shell = RemoteShell(self.client().get_transport())  # type: ignore[arg-type]
         except (paramiko.SSHException, EOFError, OSError):
             self._drop()
-            return self.client().get_transport().open_session()  # type: ignore[union-attr]
+            self._shell = RemoteShell(self.client().get_transport())  # type: ignore[arg-type]
+        return self._shell
+
+    def _drop_shell(self) -> None:
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
 
     def _drop(self) -> None:
+        self._drop_shell()
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def _collect(self, channel: paramiko.Channel, command: str, timeout_s: float | None) -> CommandResult:
-        channel.exec_command(command)
-        stdout, stderr = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout_s if timeout_s else None
-        while True:
-            progressed = False
-            while channel.recv_ready():
-                stdout += channel.recv(CHUNK_BYTES)
-                progressed = True
-            while channel.recv_stderr_ready():
-                stderr += channel.recv_stderr(CHUNK_BYTES)
-                progressed = True
-            if channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                break
-            if channel.closed and not progressed:
-                raise EOFError("channel closed before the command's exit status arrived")
-            if deadline and time.monotonic() > deadline:
-                channel.close()
-                return CommandResult(command, 124, stdout.decode(errors="replace"),
-                                     f"timed out after {timeout_s} s")
-            if not progressed:
-                # Block briefly on the channel instead of spinning.
-                channel.status_event.wait(0.005)
-        code = channel.recv_exit_status()
-        channel.close()
-        if code == -1:  # paramiko's value when the channel closed without an exit status
-            raise EOFError("the connection closed before the command's exit status arrived")
-        return CommandResult(command, code, stdout.decode(errors="replace"),
-                             stderr.decode(errors="replace"))
 
     # -- files ----------------------------------------------------------------------------
     def _sftp(self) -> paramiko.SFTPClient:
