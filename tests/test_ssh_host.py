@@ -163,3 +163,10 @@ def test_one_shell_serves_many_commands_without_leaking_state(ssh_host: SSHHost)
     assert len(big.stdout) == 3_000_000 and big.stderr == "err\n"
     assert ssh_host.run("# a comment at the end").exit_code == 0
     assert ssh_host.connects == 1
+
+
+def test_a_syntax_error_does_not_end_the_shell(ssh_host: SSHHost) -> None:
+    broken = ssh_host.run("if then fi (", check=False)
+    assert broken.exit_code != 0 and "syntax" in broken.stderr
+    assert ssh_host.run("echo still-here").stdout == "still-here\n"
+    assert ssh_host.connects == 1

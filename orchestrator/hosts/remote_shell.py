@@ -3,7 +3,7 @@
 Every SSH session channel makes sshd fork and start the user's login shell, and on many hosts
 that shell sources rc files even for `ssh host cmd` (Debian's bash does when it sees SSH; conda
 and pyenv hooks are common): measured here, ~110 ms a command. Instead one `sh` lives as long
-as the connection (bash without rc files, else sh); each command runs in a subshell with stdin from /dev/null (so it cannot eat
+as the connection (bash without rc files, else sh); each command is eval'd in a subshell with stdin from /dev/null (so it cannot eat
 the next command), then a random marker with the exit code on stdout and the same marker on
 stderr end it. Both streams are in order, so once both markers arrived the command is done.
 """
@@ -11,6 +11,7 @@ stderr end it. Both streams are in order, so once both markers arrived the comma
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 
 import paramiko
@@ -37,8 +38,9 @@ class RemoteShell:
 
     def run(self, command: str, timeout_s: float | None) -> tuple[int, str, str]:
         marker = secrets.token_hex(12)
-        # A newline before ")" so a trailing comment in the command cannot swallow it.
-        script = (f"( {command}\n) </dev/null; printf '\\n%s %s\\n' {marker} $?;"
+        # eval of a quoted string in a subshell: a syntax error, `exit` or `cd` in the command
+        # ends or changes only that subshell, never the shell that serves the next command.
+        script = (f"( eval {shlex.quote(command)} ) </dev/null; printf '\\n%s %s\\n' {marker} $?;"
                   f" printf '\\n%s\\n' {marker} >&2\n")
         self.channel.sendall(script.encode())
         out_end = f"\n{marker} ".encode()
