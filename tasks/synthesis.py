@@ -172,7 +172,10 @@ def macro_section(doc: Doc, plots: dict[str, str]) -> str:
                           _f(entry.get("client_minus_server_pct")) + "%"])
     if cross:
         text += ("\nCross-check against the server's own `/metrics` histograms (delta over each run,"
-                 " mean = sum/count):\n\n" + md_table(["run", "metric", "client mean ms", "server mean ms",
+                 " mean = sum/count). The client times bytes at its socket; vLLM's histograms stop at"
+                 " the engine, so a client figure well above the server's, with long gaps in the"
+                 " per-request records, means delivery delays in the API server or the host that the"
+                 " engine never sees (users do):\n\n" + md_table(["run", "metric", "client mean ms", "server mean ms",
                                                         "client - server"], cross))
     for name in ("throughput", "latency"):
         if name in plots:
