@@ -76,10 +76,9 @@ def test_mixtral_at_tp2() -> None:
 
 def test_missing_field_is_named() -> None:
     config = json.loads((CONFIGS / "kimi_k2_thinking.json").read_text())
-    del config["kv_lora_rank"]
-    config.pop("q_lora_rank")
-    with pytest.raises(InputError, match="field 'num_experts_per_tok'|field 'q_lora_rank'|model_type"):
-        derive_shapes({k: v for k, v in config.items() if k != "num_key_value_heads"}, 8, [1], "x.json")
+    del config["q_lora_rank"]
+    with pytest.raises(InputError, match="x.json: field 'q_lora_rank' is missing"):
+        derive_shapes(config, 8, [1], "x.json")
     config = json.loads((CONFIGS / "llama_3_1_8b.json").read_text())
     del config["intermediate_size"]
     with pytest.raises(InputError, match="x.json: field 'intermediate_size' is missing"):

@@ -243,10 +243,3 @@ class SSHHost(Host):
         finally:
             sftp.close()
 
-
-def socket_reachable(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
