@@ -59,10 +59,20 @@ def test_get_resumes_a_partial_download(ssh_host: SSHHost, tmp_path: Path) -> No
     assert not (target.parent / "trace.bin.part").exists()
 
 
+def wait_until_drop_is_seen(host: SSHHost) -> None:
+    """Wait until the client has seen the connection drop. Until its reader thread has read the
+    FIN, a command goes out on the dead connection and is (rightly) reported as lost, because
+    it may or may not have run: that case is the mid-command test below, not this one."""
+    deadline = time.monotonic() + 10
+    while host.connected:
+        assert time.monotonic() < deadline, "the client never noticed the dropped connection"
+        time.sleep(0.02)
+
+
 def test_dropped_connection_between_commands_reconnects(ssh_host: SSHHost, sshd) -> None:
     assert ssh_host.run("echo one").stdout == "one\n"
     sshd.kill_sessions()
-    time.sleep(0.3)
+    wait_until_drop_is_seen(ssh_host)
     assert ssh_host.run("echo two").stdout == "two\n"
     assert ssh_host.connects == 2
 
@@ -77,6 +87,7 @@ def test_connection_killed_mid_command_is_reported_as_lost(ssh_host: SSHHost, ss
 def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd) -> None:
     assert ssh_host.run("echo up").stdout == "up\n"
     sshd.stop()
+    wait_until_drop_is_seen(ssh_host)
     threading.Timer(2.0, sshd.start).start()
     started = time.monotonic()
     assert ssh_host.run("echo again").stdout == "again\n"

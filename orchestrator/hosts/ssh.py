@@ -175,12 +175,20 @@ class SSHHost(Host):
                                  f" ({type(err).__name__}: {err})") from None
         return CommandResult(command, code, stdout, stderr)
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection and its shell are known to be alive. A drop is only known once
+        paramiko's reader thread has seen it; until then a command sent on the dead connection
+        raises ConnectionLost (it may or may not have run)."""
+        if self._shell is None or not self._shell.alive or self._client is None:
+            return False
+        transport = self._client.get_transport()
+        return transport is not None and transport.is_active()
+
     def _live_shell(self) -> RemoteShell:
         """The connection's shell; a connection or shell found dead before the command is re-made."""
-        if self._shell is not None and self._shell.alive and self._client is not None:
-            transport = self._client.get_transport()
-            if transport is not None and transport.is_active():
-                return self._shell
+        if self.connected:
+            return self._shell  # type: ignore[return-value]
         self._drop_shell()
         try:
             self._shell = RemoteShell(self.client().get_transport())  # type: ignore[arg-type]
