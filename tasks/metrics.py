@@ -3,7 +3,11 @@
 - TTFT: time to the first streamed chunk carrying `choices`.
 - TPOT: (E2E - TTFT) / (output tokens - 1), for requests with more than one output token.
 - ITL: every gap between consecutive streamed chunks, pooled over requests.
-- E2E: request sent to stream finished.
+- E2E: request sent to the last streamed chunk carrying choices (vLLM's `latency`; the usage
+  chunk and `[DONE]` after it are not counted).
+- Delivery stalls: gaps between chunks far above the run's typical gap (see STALL_*). They are
+  counted in every figure above, as a user feels them; they are listed because vLLM's /metrics
+  histograms are stamped in the engine and never see a stall in the API server or the host.
 - Output tokens: `usage.completion_tokens`. Output throughput: output tokens / run duration.
 Percentiles interpolate linearly between order statistics (numpy's default, as vLLM uses).
 """
@@ -17,10 +21,16 @@ DEFINITIONS = {
     "ttft": "time from sending the request to the first streamed chunk carrying choices",
     "tpot": "(E2E - TTFT) / (output tokens - 1), requests with > 1 output token",
     "itl": "gaps between consecutive streamed chunks, pooled over requests",
-    "e2e": "request sent to stream finished",
+    "e2e": "request sent to the last streamed chunk carrying choices",
     "output_throughput": "sum of usage.completion_tokens / benchmark duration",
     "server_view": "delta of vLLM's /metrics histograms (sum/count) over the run",
+    "stalls": "gaps between chunks above max(50 ms, 10 x the run's ITL p50); included in every figure",
 }
+
+# A gap this far above the typical one is not decode pace: it is the API server or the host not
+# delivering (scheduling, GC, a starved core). 50 ms keeps jittery fast servers from counting.
+STALL_MIN_S = 0.050
+STALL_TIMES_P50 = 10
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:
@@ -70,8 +80,19 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "itl_ms": distribution_ms([gap for r in ok for gap in r["itl_s"]]),
         "e2e_ms": distribution_ms([r["e2e_s"] for r in ok]),
     }
+    summary["stalls"] = delivery_stalls(ok, summary["itl_ms"].get("p50"))
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
     return summary
+
+
+def delivery_stalls(records: list[dict[str, Any]], itl_p50_ms: float | None) -> dict[str, Any]:
+    """Gaps far above the run's typical inter-chunk gap: how many, how long, in how many requests."""
+    threshold_s = max(STALL_MIN_S, STALL_TIMES_P50 * (itl_p50_ms or 0.0) / 1000)
+    per_request = [[gap for gap in r["itl_s"] if gap > threshold_s] for r in records]
+    gaps = [gap for found in per_request for gap in found]
+    return {"threshold_ms": threshold_s * 1000, "count": len(gaps),
+            "requests_affected": sum(1 for found in per_request if found),
+            "total_ms": sum(gaps) * 1000, "max_ms": max(gaps, default=0.0) * 1000}
 
 
 def server_view(delta: dict[str, float], client: dict[str, Any]) -> dict[str, Any]:

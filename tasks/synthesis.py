@@ -151,7 +151,7 @@ def macro_section(doc: Doc, plots: dict[str, str]) -> str:
     text += "\n".join(f"- **{k}**: {v}" for k, v in DEFINITIONS.items()) + "\n\n"
     levels = ([single] if single else []) + sweep
     header = ["run", "c", "ok/failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT mean",
-              "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "E2E p50", "source"]
+              "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "E2E p50", "stalls", "source"]
     rows = []
     for index, level in enumerate(levels):
         label = "single stream" if single and index == 0 else "sweep"
@@ -161,8 +161,8 @@ def macro_section(doc: Doc, plots: dict[str, str]) -> str:
                      _f(level["tpot_ms"].get("mean"), 3), _f(level["tpot_ms"].get("p50"), 3),
                      _f(level["tpot_ms"].get("p99"), 3), _f(level["itl_ms"].get("p50"), 3),
                      _f(level["itl_ms"].get("p99"), 3), _f(level["e2e_ms"].get("p50"), 1),
-                     doc.link(level.get("artifact"), "requests")])
-    text += "Latencies in ms.\n\n" + md_table(header, rows)
+                     stall_cell(level.get("stalls")), doc.link(level.get("artifact"), "requests")])
+    text += "Latencies in ms; stalls as count (largest, ms).\n\n" + md_table(header, rows)
     cross = []
     for index, level in enumerate(levels):
         for metric, entry in level.get("server", {}).items():
@@ -173,14 +173,22 @@ def macro_section(doc: Doc, plots: dict[str, str]) -> str:
     if cross:
         text += ("\nCross-check against the server's own `/metrics` histograms (delta over each run,"
                  " mean = sum/count). The client times bytes at its socket; vLLM's histograms stop at"
-                 " the engine, so a client figure well above the server's, with long gaps in the"
-                 " per-request records, means delivery delays in the API server or the host that the"
-                 " engine never sees (users do):\n\n" + md_table(["run", "metric", "client mean ms", "server mean ms",
+                 " the engine, so where the stalls column above is not 0 the two views differ by"
+                 " delivery delays in the API server or the host that the engine never sees (users do;"
+                 " one between tokens inflates TPOT; one before the first token shows only in TTFT and"
+                 " shortens TPOT, as the tokens behind it arrive in a burst). Where it is 0 and TTFT"
+                 " agrees, TPOT should agree within a fraction of a percent:\n\n" + md_table(["run", "metric", "client mean ms", "server mean ms",
                                                         "client - server"], cross))
     for name in ("throughput", "latency"):
         if name in plots:
             text += f"\n![{name}]({plots[name]})\n"
     return text
+
+
+def stall_cell(stalls: dict | None) -> str:
+    if not stalls:
+        return "-"
+    return f"{stalls['count']} ({stalls['max_ms']:.0f})" if stalls["count"] else "0"
 
 
 def micro_section(doc: Doc) -> str:

@@ -1,10 +1,12 @@
 """A deliberate fake: an OpenAI-style streaming server that emits tokens at a known pace.
 
 It exists to give the load client ground truth: it records when it actually wrote each
-request's first chunk and its final `[DONE]`, so client-side TTFT/TPOT can be compared with
-what really happened on the wire. Standard library only. Run as a process:
-    python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY]
-GET /stats returns the per-request records; FAIL_EVERY=n answers every n-th request with 500.
+request's first and last token chunks, so client-side TTFT/TPOT can be compared with what
+really happened on the wire. Standard library only. Run as a process:
+    python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS]
+GET /stats returns the per-request records. Injected faults: FAIL_EVERY=n answers every n-th
+request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
+stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ COUNTER = {"n": 0}
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, pace: float,
-                 fail_every: int) -> None:
+                 fail_every: int, stall: float, tail: float) -> None:
     try:
         while True:
             request_line = await reader.readline()
@@ -49,14 +51,15 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                 await writer.drain()
                 continue
             tokens = json.loads(body)["max_tokens"]
-            await stream(writer, tokens, ttft, pace)
+            await stream(writer, tokens, ttft, pace, stall, tail)
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
         writer.close()
 
 
-async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: float) -> None:
+async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: float, stall: float,
+                 tail: float) -> None:
     loop = asyncio.get_running_loop()
     received = loop.time()
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -64,27 +67,31 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
     def chunk(data: bytes) -> None:
         writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
 
-    first_at = None
+    first_at = last_at = None
     for index in range(tokens):
         # Absolute deadlines, so sleep overshoot does not accumulate into the pace.
-        await asyncio.sleep(max(0.0, received + ttft + index * pace - loop.time()))
+        delay = stall if index >= tokens // 2 and tokens > 1 else 0.0
+        await asyncio.sleep(max(0.0, received + ttft + index * pace + delay - loop.time()))
         chunk(b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n')
         await writer.drain()
+        last_at = time.perf_counter()
         if first_at is None:
-            first_at = time.perf_counter()
+            first_at = last_at
+    await asyncio.sleep(tail)
     chunk(b'data: {"choices": [], "usage": {"completion_tokens": ' + str(tokens).encode() + b"}}\n\n")
     chunk(b"data: [DONE]\n\n")
     chunk(b"")
     await writer.drain()
-    done_at = time.perf_counter()
-    RECORDS.append({"tokens": tokens, "tpot_s": (done_at - first_at) / (tokens - 1) if tokens > 1 else None})
+    RECORDS.append({"tokens": tokens, "tpot_s": (last_at - first_at) / (tokens - 1) if tokens > 1 else None})
 
 
 async def main() -> None:
     port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
-    fail_every = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    fail_every, stall_ms, tail_ms = (int(sys.argv[4]) if len(sys.argv) > 4 else 0,
+                                     *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]))
     server = await asyncio.start_server(
-        lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every), "127.0.0.1", port, backlog=1024)
+        lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every, stall_ms / 1000, tail_ms / 1000),
+        "127.0.0.1", port, backlog=1024)
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

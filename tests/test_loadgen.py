@@ -23,10 +23,11 @@ LOADGEN = ROOT / "tasks" / "remote" / "loadgen.py"
 def pace_server():
     servers = []
 
-    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0) -> int:
+    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0) -> int:
         port = free_port()
         process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
-                                    str(ttft_ms), str(pace_ms), str(fail_every)], stdout=subprocess.PIPE, text=True)
+                                    str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms)],
+                                   stdout=subprocess.PIPE, text=True)
         assert process.stdout.readline().strip() == "ready"
         servers.append(process)
         return port
@@ -62,6 +63,21 @@ def test_client_timing_matches_a_known_pace(pace_server, concurrency: int) -> No
     assert summary["tpot_ms"]["mean"] == pytest.approx(10, rel=0.1)
     assert summary["ttft_ms"]["p50"] == pytest.approx(40, abs=8)
     assert summary["itl_ms"]["count"] == 29 * 2 * concurrency
+
+
+def test_a_delivery_stall_is_counted_and_the_tail_after_the_last_token_is_not(pace_server) -> None:
+    # Injected faults: each stream pauses 300 ms halfway and waits 400 ms before usage/[DONE].
+    port = pace_server(ttft_ms=10, pace_ms=5, stall_ms=300, tail_ms=400)
+    run = run_loadgen(port, 2, requests=4, output_tokens=21)
+    summary = summarize(run)
+    truth = [r["tpot_s"] * 1000 for r in server_truth(port)]
+    # vLLM's TPOT: (last token chunk - first) / (n - 1), stall included, tail excluded.
+    assert summary["tpot_ms"]["mean"] == pytest.approx(sum(truth) / len(truth), rel=0.03)
+    assert summary["tpot_ms"]["mean"] == pytest.approx((20 * 5 + 300) / 20, rel=0.1)
+    assert all(r["stream_end_s"] - r["e2e_s"] >= 0.38 for r in run["requests"])
+    stalls = summary["stalls"]
+    assert stalls["count"] == 4 and stalls["requests_affected"] == 4
+    assert stalls["max_ms"] == pytest.approx(305, abs=40) and 50 <= stalls["threshold_ms"] < 60
 
 
 def test_failures_are_counted_not_hidden(pace_server) -> None:

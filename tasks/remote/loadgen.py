@@ -4,7 +4,8 @@ Sends /v1/completions with random-token prompts of a fixed length, `ignore_eos`,
 max_tokens and `stream_options.include_usage`, over one persistent HTTP/1.1 connection per
 concurrent worker, and records per request: TTFT, the gaps between streamed chunks, E2E and
 output tokens from `usage`. Timing follows vLLM's `vllm bench serve`: a chunk counts when it
-carries `choices`; TTFT is the first such chunk; ITL are the gaps between them.
+carries `choices`; TTFT is the first such chunk; ITL are the gaps between them; E2E ends at the
+last such chunk (its `latency`), not at `[DONE]`, which is kept apart as `stream_end_s`.
 
 Also snapshots the server's Prometheus /metrics before and after the run, so the controller can
 compare the client's view with the server's own histograms.
@@ -67,7 +68,8 @@ async def stream_request(conn, path, body):
     head = (f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
             f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
             f"Content-Length: {len(payload)}\r\n\r\n").encode()
-    record = {"ttft_s": None, "itl_s": [], "e2e_s": None, "output_tokens": None, "error": None}
+    record = {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None, "output_tokens": None,
+              "error": None}
     await conn.open()
     reader = conn.reader
     started = time.perf_counter()
@@ -127,7 +129,8 @@ async def stream_request(conn, path, body):
             for line in event.split(b"\n"):
                 if line.startswith(b"data:"):
                     handle_event(line[5:].strip(), now)
-    record["e2e_s"] = time.perf_counter() - started
+    record["stream_end_s"] = time.perf_counter() - started
+    record["e2e_s"] = (last - started) if last is not None else record["stream_end_s"]
     if status != 200:
         record["error"] = f"HTTP {status}: {buffer[:300].decode(errors='replace')}"
     elif not done:
@@ -177,8 +180,8 @@ async def run(args):
                 records.append(await stream_request(conn, "/v1/completions", item))
             except Exception as err:
                 conn.close()
-                records.append({"ttft_s": None, "itl_s": [], "e2e_s": None, "output_tokens": None,
-                                "error": f"{type(err).__name__}: {err}"})
+                records.append({"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None,
+                                "output_tokens": None, "error": f"{type(err).__name__}: {err}"})
         conn.close()
 
     base = f"http://{host}:{port}"
