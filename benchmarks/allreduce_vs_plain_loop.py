@@ -1,6 +1,12 @@
 """All-reduce figures of tasks/remote/allreduce_bench.py against an independent plain
-torch.distributed loop (timing every call between barriers), side by side in one run.
-gloo on CPU here; NCCL where GPUs are. usage: python benchmarks/allreduce_vs_plain_loop.py [--ranks 2]
+torch.distributed loop, side by side in one run.
+
+The plain loop is the nccl-tests method written the shortest way: warm up, barrier, time N
+back-to-back calls (synchronising the device at the end), divide by N. Ours times 7 repeats of
+50 calls and keeps the median repeat of the slowest rank. The two alternate, one pair a round,
+so drift on a noisy host hits both; the table gives medians over rounds and the median of the
+per-round differences. gloo on CPU here; NCCL where GPUs are.
+usage: python benchmarks/allreduce_vs_plain_loop.py [--ranks 2] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -22,15 +28,13 @@ if cuda: torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 rows = []
 for size in map(int, sys.argv[1].split(",")):
     t = torch.ones(size // 2, dtype=torch.bfloat16, device="cuda" if cuda else "cpu")
-    for _ in range(5): dist.all_reduce(t)
-    samples = []
-    for _ in range(200):
-        dist.barrier()
-        if cuda: torch.cuda.synchronize()
-        s = time.perf_counter(); dist.all_reduce(t)
-        if cuda: torch.cuda.synchronize()
-        samples.append(time.perf_counter() - s)
-    rows.append({"bytes": size, "latency_us": statistics.median(samples) * 1e6})
+    for _ in range(10): dist.all_reduce(t)
+    dist.barrier()
+    if cuda: torch.cuda.synchronize()
+    s = time.perf_counter()
+    for _ in range(300): dist.all_reduce(t)
+    if cuda: torch.cuda.synchronize()
+    rows.append({"bytes": size, "latency_us": (time.perf_counter() - s) / 300 * 1e6})
 if int(os.environ["RANK"]) == 0: print(json.dumps(rows))
 dist.destroy_process_group()
 '''
@@ -50,25 +54,29 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--sizes", default="512,4096,16384,65536,262144,1048576,4194304")
+    parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     ours_runs, plain_runs = [], []
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(PLAIN)
-    for attempt in range(3):
+    for attempt in range(args.rounds):
         ours = json.loads(torchrun(args.ranks, 29600 + attempt, str(ROOT / "tasks/remote/allreduce_bench.py"),
                                    "--sizes", args.sizes, "--iterations", "50"))
         ours_runs.append({r["bytes"]: r["latency_us"] for r in ours["rows"]})
         plain = json.loads(torchrun(args.ranks, 29700 + attempt, handle.name, args.sizes))
         plain_runs.append({r["bytes"]: r["latency_us"] for r in plain})
     backend = ours["backend"]
-    print(f"{backend}, {args.ranks} ranks; medians of 3 runs a side")
-    print(f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'ours busbw GB/s':>16}")
-    n = args.ranks
+    print(f"{backend}, {args.ranks} ranks; {args.rounds} alternating rounds")
+    print(f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'diff % a round (min..max)':>27}"
+          f" {'ours busbw GB/s':>16} {'plain busbw':>12}")
+    factor = 2 * (args.ranks - 1) / args.ranks
     for size in map(int, args.sizes.split(",")):
         a = statistics.median(r[size] for r in ours_runs)
         b = statistics.median(r[size] for r in plain_runs)
-        busbw = size / (a / 1e6) / 1e9 * 2 * (n - 1) / n
-        print(f"{size:>9} {a:9.1f} {b:14.1f} {(a - b) / b * 100:7.1f} {busbw:16.3f}")
+        diffs = sorted((o[size] - p[size]) / p[size] * 100 for o, p in zip(ours_runs, plain_runs, strict=True))
+        spread = f"{diffs[0]:.1f}..{diffs[-1]:.1f}"
+        print(f"{size:>9} {a:9.1f} {b:14.1f} {statistics.median(diffs):7.1f} {spread:>27}"
+              f" {size / a / 1e3 * factor:16.3f} {size / b / 1e3 * factor:12.3f}")
 
 
 if __name__ == "__main__":
