@@ -5,7 +5,9 @@ The plain loop is the nccl-tests method written the shortest way: warm up, barri
 back-to-back calls (synchronising the device at the end), divide by N. Ours times 7 repeats of
 50 calls and keeps the median repeat of the slowest rank. The two alternate, one pair a round,
 so drift on a noisy host hits both; the table gives medians over rounds and the median of the
-per-round differences. gloo on CPU here; NCCL where GPUs are.
+per-round differences. A second plain loop a round is the control: how far the same plain
+loop drifts from itself on this host (the noise floor any comparison here lives under).
+gloo on CPU here; NCCL where GPUs are.
 usage: python benchmarks/allreduce_vs_plain_loop.py [--ranks 2] [--rounds 7]
 """
 
@@ -56,7 +58,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="512,4096,16384,65536,262144,1048576,4194304")
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    ours_runs, plain_runs = [], []
+    ours_runs, plain_runs, control_runs = [], [], []
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(PLAIN)
     for attempt in range(args.rounds):
@@ -65,17 +67,21 @@ def main() -> None:
         ours_runs.append({r["bytes"]: r["latency_us"] for r in ours["rows"]})
         plain = json.loads(torchrun(args.ranks, 29700 + attempt, handle.name, args.sizes))
         plain_runs.append({r["bytes"]: r["latency_us"] for r in plain})
+        control = json.loads(torchrun(args.ranks, 29800 + attempt, handle.name, args.sizes))
+        control_runs.append({r["bytes"]: r["latency_us"] for r in control})
     backend = ours["backend"]
     print(f"{backend}, {args.ranks} ranks; {args.rounds} alternating rounds")
     print(f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'diff % a round (min..max)':>27}"
-          f" {'ours busbw GB/s':>16} {'plain busbw':>12}")
+          f" {'control: plain vs plain %':>26} {'ours busbw GB/s':>16} {'plain busbw':>12}")
     factor = 2 * (args.ranks - 1) / args.ranks
     for size in map(int, args.sizes.split(",")):
         a = statistics.median(r[size] for r in ours_runs)
         b = statistics.median(r[size] for r in plain_runs)
         diffs = sorted((o[size] - p[size]) / p[size] * 100 for o, p in zip(ours_runs, plain_runs, strict=True))
+        noise = sorted((c[size] - p[size]) / p[size] * 100 for c, p in zip(control_runs, plain_runs, strict=True))
         spread = f"{diffs[0]:.1f}..{diffs[-1]:.1f}"
-        print(f"{size:>9} {a:9.1f} {b:14.1f} {statistics.median(diffs):7.1f} {spread:>27}"
+        control = f"{statistics.median(noise):.1f} ({noise[0]:.1f}..{noise[-1]:.1f})"
+        print(f"{size:>9} {a:9.1f} {b:14.1f} {statistics.median(diffs):7.1f} {spread:>27} {control:>26}"
               f" {size / a / 1e3 * factor:16.3f} {size / b / 1e3 * factor:12.3f}")
 
 
