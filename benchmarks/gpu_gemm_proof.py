@@ -1,9 +1,10 @@
-"""GPU proof for phase 2a: the GEMM phase's script at the Kimi-K2 TP=8 per-rank shapes.
+"""GPU proof for phase 2a: the GEMM phase's script at a real model's TP=8 per-rank shapes.
 
-Runs on a CUDA host (the lent H200): derives the shapes with tasks.gemm_shapes, adds a W4A16
-variant of every bf16 layer, runs tasks/remote/gemm_bench.py with --compare-do-bench and
-prints a table: our µs vs triton.testing.do_bench's, and % of the copy ceiling measured in the
-same run. usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON
+Runs on a CUDA host (the lent H200): derives the shapes with tasks.gemm_shapes (Kimi-K2: int4
+experts, plus a W4A16 variant of every bf16 layer; DeepSeek-V3: FP8 with 128 x 128 blocks),
+runs tasks/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
+triton.testing.do_bench's, and % of the copy ceiling measured in the same run.
+usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [kimi_k2_thinking|deepseek_v3]
 """
 
 import json
@@ -19,16 +20,20 @@ from tasks.gemm_shapes import derive_shapes  # noqa: E402
 
 def main() -> None:
     out = Path(sys.argv[1])
-    config = json.loads((ROOT / "tests/data/configs/kimi_k2_thinking.json").read_text())
-    derived = derive_shapes(config, 8, [1, 8, 32, 128], "kimi_k2_thinking.json")
+    model = sys.argv[2] if len(sys.argv) > 2 else "kimi_k2_thinking"
+    config = json.loads((ROOT / f"tests/data/configs/{model}.json").read_text())
+    derived = derive_shapes(config, 8, [1, 8, 32, 128], f"{model}.json")
     shapes = [row for row in derived["shapes"] if row["name"] != "moe_gate"]
-    shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
-               for row in shapes if row["dtype"] == "bf16"]
+    if derived["weight_dtype"] == "w4a16":
+        shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
+                   for row in shapes if row["dtype"] == "bf16"]
+    fp8_block = derived["group_size"] if derived["weight_dtype"] == "fp8" else 128
+    int4_group = derived["group_size"] if derived["weight_dtype"] == "w4a16" else 128
     shapes_path = out.with_suffix(".shapes.json")
     shapes_path.write_text(json.dumps(shapes))
     result = subprocess.run([sys.executable, str(ROOT / "tasks/remote/gemm_bench.py"), str(shapes_path),
-                             "--repeats", "20", "--group-size", str(derived["group_size"]),
-                             "--compare-do-bench"], capture_output=True, text=True)
+                             "--repeats", "20", "--group-size", str(int4_group),
+                             "--fp8-block", str(fp8_block), "--compare-do-bench"], capture_output=True, text=True)
     if result.returncode:
         print(result.stderr[-3000:])
         sys.exit(1)
@@ -37,7 +42,7 @@ def main() -> None:
     print(f"device {document['info']['device_name']}, torch {document['info']['torch']},"
           f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s")
     print(f"{'layer':30} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'graph us':>8} {'dbcg us':>8} {'diff%':>6}"
-          f" {'eager us':>8} {'db us':>8} {'diff%':>6} {'GB/s':>6} {'%copy':>6}")
+          f" {'eager us':>8} {'db us':>8} {'diff%':>6} {'GB/s':>6} {'%copy':>6}  kernel")
     diffs_graph, diffs_eager = [], []
     for row in document["rows"]:
         if "us" not in row:
@@ -50,12 +55,13 @@ def main() -> None:
         diffs_eager.append(abs(d_eager))
         print(f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
               f" {graph_ref or float('nan'):8.1f} {d_graph:6.1f} {row['eager_us']:8.1f} {eager_ref:8.1f}"
-              f" {d_eager:6.1f} {row['gbps']:6.0f} {row['pct_of_copy_ceiling']:6.1f}")
+              f" {d_eager:6.1f} {row['gbps']:6.0f} {row['pct_of_copy_ceiling']:6.1f}  {row['kernel'][:40]}")
     import statistics
     print(f"median |diff| vs do_bench_cudagraph: {statistics.median(diffs_graph):.1f}%;"
           f" vs do_bench (eager): {statistics.median(diffs_eager):.1f}%;"
           f" rows within 5%: {sum(d <= 5 for d in diffs_graph)}/{len(diffs_graph)} (graph),"
           f" {sum(d <= 5 for d in diffs_eager)}/{len(diffs_eager)} (eager)")
+
 
 if __name__ == "__main__":
     main()

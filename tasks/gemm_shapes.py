@@ -20,7 +20,7 @@ class GemmShape:
     m: int
     k: int
     n: int
-    dtype: str  # "bf16" or "w4a16"
+    dtype: str  # "bf16", "w4a16" or "fp8"
     parallel: str  # "replicated", "column", "row"
     count_per_layer: float = 1.0
 
@@ -53,14 +53,20 @@ def split(value: int, tp: int, what: str, source: str) -> int:
 
 
 def quantized_dtype(config: dict[str, Any]) -> tuple[str, int | None]:
-    """('w4a16', group) when the checkpoint stores 4-bit weights with 16-bit activations."""
+    """The checkpoint's GEMM weight format and its group: ('w4a16', group) for 4-bit weights with
+    16-bit activations; ('fp8', block) for FP8 weights and activations (block 0: per channel);
+    else ('bf16', None)."""
     quant = config.get("quantization_config") or config.get("text_config", {}).get("quantization_config")
     if not quant:
         return "bf16", None
+    if quant.get("quant_method") == "fp8":  # DeepSeek-V3 style: e4m3, 128 x 128 weight blocks
+        return "fp8", int((quant.get("weight_block_size") or [0])[0])
     bits = quant.get("bits") or quant.get("w_bit")
     group = quant.get("group_size") or quant.get("q_group_size")
     for group_cfg in (quant.get("config_groups") or {}).values():
         weights = group_cfg.get("weights") or {}
+        if weights.get("num_bits") == 8 and weights.get("type") == "float":
+            return "fp8", int((weights.get("block_structure") or [0])[0])
         bits = bits or weights.get("num_bits")
         group = group or weights.get("group_size")
     if bits == 4:
@@ -76,7 +82,8 @@ def derive_shapes(config: dict[str, Any], tp: int, batch_sizes: list[int],
     if reader.get("kv_lora_rank", None) is not None:
         family, per_layer = "deepseek_v3", _mla_moe(reader, tp, weight_dtype)
     elif reader.get("num_local_experts", None) or reader.get("num_experts", None):
-        family, per_layer = "mixtral", _gqa(reader, tp, "bf16") + _moe_experts(reader, tp, weight_dtype)
+        family, per_layer = "mixtral", (_gqa(reader, tp, "fp8" if weight_dtype == "fp8" else "bf16")
+                                     + _moe_experts(reader, tp, weight_dtype))
     elif model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3") or reader.get(
             "num_key_value_heads", None) is not None:
         family, per_layer = "llama", _gqa(reader, tp, weight_dtype) + _dense_mlp(reader, tp, weight_dtype, "intermediate_size")
@@ -146,15 +153,18 @@ def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
     dense_share = dense_layers / layers
     shared = int(reader.get("n_shared_experts", 0))
     moe_inter = int(reader.need("moe_intermediate_size"))
+    # An FP8 checkpoint quantizes every linear layer but the router and lm_head; an int4 one
+    # (Kimi-K2) only the routed experts, keeping attention and dense layers in bf16.
+    dense_dtype = "fp8" if expert_dtype == "fp8" else "bf16"
     rows = [
-        ("fused_qkv_a_proj", hidden, q_lora + kv_lora + rope, "bf16", "replicated", 1.0),
-        ("q_b_proj", q_lora, heads * (nope + rope), "bf16", "column", 1.0),
-        ("kv_b_proj", kv_lora, heads * (nope + v_dim), "bf16", "column", 1.0),
-        ("o_proj", heads * v_dim, hidden, "bf16", "row", 1.0),
+        ("fused_qkv_a_proj", hidden, q_lora + kv_lora + rope, dense_dtype, "replicated", 1.0),
+        ("q_b_proj", q_lora, heads * (nope + rope), dense_dtype, "column", 1.0),
+        ("kv_b_proj", kv_lora, heads * (nope + v_dim), dense_dtype, "column", 1.0),
+        ("o_proj", heads * v_dim, hidden, dense_dtype, "row", 1.0),
     ]
     if dense_layers:
-        rows += [(f"dense_{name}", k, n, "bf16", par, dense_share)
-                 for name, k, n, _, par, _ in _dense_mlp(reader, tp, "bf16", "intermediate_size")]
+        rows += [(f"dense_{name}", k, n, dense_dtype, par, dense_share)
+                 for name, k, n, _, par, _ in _dense_mlp(reader, tp, dense_dtype, "intermediate_size")]
     if shared:
         inter = split(moe_inter * shared, tp, "moe_intermediate_size x n_shared_experts", source)
         quant = reader.config.get("quantization_config") or {}

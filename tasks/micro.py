@@ -44,9 +44,13 @@ def gemm_action(session: Session):
         remote = f"{session.workdir}/gemm/shapes.json"
         session.host().put(local, remote)
         cfg = session.config.gemm
+        fp8 = derived["weight_dtype"] == "fp8"
+        int4_group = None if fp8 else derived.get("group_size")
+        fp8_block = derived.get("group_size") or 0 if fp8 else 128
         measured = run_json_script(session, "gemm_bench.py",
                                    [remote, "--repeats", str(cfg.repeats),
-                                    "--group-size", str(derived.get("group_size") or cfg.int4_group_size)],
+                                    "--group-size", str(int4_group or cfg.int4_group_size),
+                                    "--fp8-block", str(fp8_block)],
                                    timeout_s=3600)
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())

@@ -40,11 +40,17 @@ def test_kimi_k2_int4_at_tp8() -> None:
 
 def test_deepseek_v3_at_tp8() -> None:
     derived, table = shapes("deepseek_v3.json", 8, m=64)
-    assert derived["weight_dtype"] == "bf16"  # fp8 block quantization is timed as bf16 here
-    assert table["q_b_proj"] == (64, 1536, 16 * 192, "bf16")
-    assert table["kv_b_proj"] == (64, 512, 16 * 256, "bf16")
-    assert table["o_proj"] == (64, 2048, 7168, "bf16")
-    assert table["expert_w13"] == (2, 7168, 512, "bf16")  # 64 x 8 / 256 = 2 tokens an expert
+    # quant_method fp8, e4m3, weight_block_size [128, 128]: every linear layer but the router
+    # and lm_head is FP8.
+    assert (derived["weight_dtype"], derived["group_size"]) == ("fp8", 128)
+    assert table["fused_qkv_a_proj"] == (64, 7168, 1536 + 512 + 64, "fp8")
+    assert table["q_b_proj"] == (64, 1536, 16 * 192, "fp8")
+    assert table["kv_b_proj"] == (64, 512, 16 * 256, "fp8")
+    assert table["o_proj"] == (64, 2048, 7168, "fp8")
+    assert table["dense_down_proj"] == (64, 18432 // 8, 7168, "fp8")
+    assert table["shared_expert_w2"] == (64, 2048 // 8, 7168, "fp8")
+    assert table["expert_w13"] == (2, 7168, 512, "fp8")  # 64 x 8 / 256 = 2 tokens an expert
+    assert table["moe_gate"] == (64, 7168, 256, "bf16")
     assert table["lm_head"] == (64, 7168, 129280 // 8, "bf16")
     counts = {row["name"]: row["count_per_layer"] for row in derived["shapes"]}
     assert counts["dense_gate_up_proj"] == pytest.approx(3 / 61)
@@ -59,6 +65,17 @@ def test_llama_3_1_8b_at_tp2() -> None:
     assert table["gate_up_proj"] == (1, 4096, 14336, "bf16")
     assert table["down_proj"] == (1, 7168, 4096, "bf16")
     assert table["lm_head"] == (1, 4096, 64128, "bf16")
+
+
+def test_compressed_tensors_fp8_per_channel() -> None:
+    config = json.loads((CONFIGS / "llama_3_1_8b.json").read_text())
+    config["quantization_config"] = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}
+    derived = derive_shapes(config, 2, [1])
+    assert (derived["weight_dtype"], derived["group_size"]) == ("fp8", 0)
+    dtypes = {row["name"]: row["dtype"] for row in derived["shapes"]}
+    assert dtypes["qkv_proj"] == dtypes["down_proj"] == "fp8" and dtypes["lm_head"] == "bf16"
 
 
 def test_kv_heads_fewer_than_ranks_are_replicated() -> None:

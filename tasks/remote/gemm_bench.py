@@ -1,7 +1,13 @@
 """GEMM microbenchmarks at given shapes on the host's accelerator (torch and stdlib only).
 
-usage: gemm_bench.py SHAPES_JSON [--repeats N] [--group-size G] [--compare-do-bench]
-SHAPES_JSON: a list of {"name", "m", "k", "n", "dtype": "bf16"|"w4a16"}.
+usage: gemm_bench.py SHAPES_JSON [--repeats N] [--group-size G] [--fp8-block B] [--compare-do-bench]
+SHAPES_JSON: a list of {"name", "m", "k", "n", "dtype": "bf16"|"w4a16"|"fp8"}.
+
+FP8 (e4m3) runs through torch._scaled_mm with the finest scaling the host's torch supports:
+DeepSeek-V3's recipe (weights in B x B blocks, activations in 1 x B groups) where B is given
+and the kernel exists, else per-channel/per-token scales, else one scale a tensor. Activations
+are quantized before timing (vLLM quantizes them in a separate small kernel), so the figure is
+the GEMM's own.
 
 Each kernel is checked against a bf16 reference before it is timed. Timing: warmup, then the
 median over repeats of a timed batch of calls; CUDA events on GPU (around CUDA graph replays
@@ -89,10 +95,56 @@ def int4_pack(weight_nk, group_size, device):
     return matmul, dequant, kernel
 
 
-def bench_shape(shape, device, repeats, group_size, do_bench):
+FP8 = getattr(torch, "float8_e4m3fn", None)
+FP8_MAX = 448.0
+
+
+def fp8_scaled(x, rows, cols):
+    """Quantize a 2-D tensor to e4m3 with one float32 scale per rows x cols tile.
+    Returns (fp8 tensor, scales of shape (R/rows, C/cols), dequantized float copy)."""
+    r, c = x.shape
+    tiles = x.float().reshape(r // rows, rows, c // cols, cols)
+    scale = tiles.abs().amax(dim=(1, 3), keepdim=True).clamp(min=1e-12) / FP8_MAX
+    q = (tiles / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
+    return q.reshape(r, c), scale.reshape(r // rows, c // cols), (q.float() * scale).reshape(r, c)
+
+
+def fp8_pack(weight_nk, activation_mk, block, device):
+    """FP8 operands and a matmul over them, trying the finest scaling first. Returns
+    (matmul taking the activation index-free, dequantized weight, dequantized activation, kernel)."""
+    m, k = activation_mk.shape
+    n = weight_nk.shape[0]
+    modes = []
+    if block and device == "cuda" and k % block == 0 and n % block == 0:
+        modes.append(("blockwise", (1, block), (block, block)))
+    modes += [("rowwise", (1, k), (1, k)), ("tensorwise", (m, k), (n, k))]
+    errors = []
+    for mode, a_tile, w_tile in modes:
+        a_q, a_scale, a_deq = fp8_scaled(activation_mk, *a_tile)
+        w_q, w_scale, w_deq = fp8_scaled(weight_nk, *w_tile)
+        if mode == "blockwise":
+            # cuBLAS wants the 1 x B activation scales M-major and the weight scales K x N.
+            a_scale, w_scale = a_scale.t().contiguous().t(), w_scale.t().contiguous()
+        elif mode == "rowwise":
+            w_scale = w_scale.reshape(1, n)
+        else:
+            a_scale, w_scale = a_scale.reshape(()), w_scale.reshape(())
+
+        def matmul(_a, a_q=a_q, w_q=w_q, a_scale=a_scale, w_scale=w_scale):
+            return torch._scaled_mm(a_q, w_q.t(), scale_a=a_scale, scale_b=w_scale, out_dtype=torch.bfloat16)
+        try:
+            matmul(None)
+        except (RuntimeError, NotImplementedError) as err:
+            errors.append(f"{mode}: {str(err).splitlines()[0][:120]}")
+            continue
+        return matmul, w_deq.to(torch.bfloat16), a_deq, f"torch._scaled_mm fp8 e4m3, {mode} scales"
+    raise RuntimeError("; ".join(errors))
+
+
+def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
     m, k, n = shape["m"], shape["k"], shape["n"]
     dtype = shape["dtype"]
-    weight_bytes_per_copy = k * n * (0.5 if dtype == "w4a16" else 2)
+    weight_bytes_per_copy = k * n * {"w4a16": 0.5, "fp8": 1}.get(dtype, 2)
     copies = max(1, min(64, int(CACHE_FLUSH_BYTES // max(1, weight_bytes_per_copy))))
     if device == "cpu":
         copies = min(copies, 8)
@@ -110,6 +162,19 @@ def bench_shape(shape, device, repeats, group_size, do_bench):
         reference_weights = [p[1] for p in packed]
         row["kernel"] = packed[0][2]
         row["group_size"] = group_size
+    elif dtype == "fp8":
+        if FP8 is None:
+            return {**row, "skipped": f"torch {torch.__version__} has no float8_e4m3fn"}
+        try:
+            packed = [fp8_pack(w, a, fp8_block, device) for w, a in zip(weights, activations, strict=True)]
+        except RuntimeError as err:
+            return {**row, "skipped": f"fp8 kernel unavailable: {str(err)[:300]}"}
+        fns = [p[0] for p in packed]
+        reference_weights = [p[1] for p in packed]
+        # The kernel multiplies the quantized activations: the reference must too.
+        activations = [p[2].to(torch.bfloat16) for p in packed]
+        row["kernel"] = packed[0][3]
+        row["fp8_block"] = fp8_block
     else:
         fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
         reference_weights = weights
@@ -147,7 +212,7 @@ def bench_shape(shape, device, repeats, group_size, do_bench):
         seconds = median_seconds(call, device, repeats, calls)
         row["timing"] = "CUDA events, eager launches" if device == "cuda" else "perf_counter, median of repeats"
     flops = 2 * m * k * n
-    moved = m * k * 2 + weight_bytes_per_copy + m * n * 2
+    moved = m * k * (1 if dtype == "fp8" else 2) + weight_bytes_per_copy + m * n * 2
     if dtype == "w4a16":
         moved += (k // group_size) * n * 2 * 2
     row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
@@ -173,6 +238,7 @@ def main():
     parser.add_argument("shapes")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--group-size", type=int, default=128)
+    parser.add_argument("--fp8-block", type=int, default=128, help="0: per-channel scales")
     parser.add_argument("--compare-do-bench", action="store_true")
     parser.add_argument("--device", default="auto")
     args = parser.parse_args()
@@ -187,7 +253,8 @@ def main():
         key = (shape["m"], shape["k"], shape["n"], shape["dtype"])
         if key not in seen:
             with torch.no_grad():
-                seen[key] = bench_shape(shape, device, args.repeats, args.group_size, args.compare_do_bench)
+                seen[key] = bench_shape(shape, device, args.repeats, args.group_size, args.fp8_block,
+                                        args.compare_do_bench)
         row = {**seen[key], "name": shape["name"]}
         if "gbps" in row:
             row["pct_of_copy_ceiling"] = row["gbps"] / ceiling * 100

@@ -1,0 +1,34 @@
+"""The GEMM phase's script on this machine's CPU with real torch kernels: every format is
+checked against the bf16 reference and timed. (The CUDA paths are proven on an H200 by
+benchmarks/gpu_gemm_proof.py; CI has no GPU.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
+    shapes = [{"name": f"{dtype} layer", "m": 4, "k": 256, "n": 384, "dtype": dtype}
+              for dtype in ("bf16", "w4a16", "fp8")]
+    (tmp_path / "shapes.json").write_text(json.dumps(shapes))
+    out = subprocess.run([sys.executable, str(ROOT / "tasks/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
+                          "--repeats", "3", "--group-size", "128", "--fp8-block", "128"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    document = json.loads(out)
+    rows = {row["dtype"]: row for row in document["rows"]}
+    assert document["copy_ceiling_gbps"] > 0
+    for dtype, row in rows.items():
+        assert "skipped" not in row, row
+        assert row["us"] > 0 and row["pct_of_copy_ceiling"] > 0, dtype
+        assert row["relative_error_vs_bf16_reference"] < 0.02, dtype
+    # fp8 on a CPU: no blockwise kernel there, so the finest available scaling is used and named.
+    assert rows["fp8"]["kernel"] == "torch._scaled_mm fp8 e4m3, rowwise scales"
+    assert rows["w4a16"]["kernel"] == "torch._weight_int4pack_mm_for_cpu"
+    # Bytes moved follow the format: fp8 weights are 1 byte, int4 half a byte (+ scales/zeros).
+    assert rows["fp8"]["bytes_moved"] == 4 * 256 + 256 * 384 + 4 * 384 * 2
+    assert rows["bf16"]["bytes_moved"] == 4 * 256 * 2 + 256 * 384 * 2 + 4 * 384 * 2
