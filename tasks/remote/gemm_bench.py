@@ -111,11 +111,15 @@ def fp8_scaled(x, rows, cols):
 
 def fp8_pack(weight_nk, activation_mk, block, device):
     """FP8 operands and a matmul over them, trying the finest scaling first. Returns
-    (matmul taking the activation index-free, dequantized weight, dequantized activation, kernel)."""
+    (matmul, dequantized weight, dequantized activation, kernel, why finer scalings failed)."""
     m, k = activation_mk.shape
     n = weight_nk.shape[0]
     modes = []
-    if block and device == "cuda" and k % block == 0 and n % block == 0:
+    # Blockwise only where the scale buffers' rows are whole 16-byte units (K/B and M multiples
+    # of 4): on an H200 (torch 2.11, cu130) other shapes were accepted and then returned garbage
+    # (K/B = 2, 18) or hit an illegal memory access that poisons the whole CUDA context, which
+    # no fallback survives.
+    if block and device == "cuda" and k % (4 * block) == 0 and n % block == 0 and m % 4 == 0:
         modes.append(("blockwise", (1, block), (block, block)))
     modes += [("rowwise", (1, k), (1, k)), ("tensorwise", (m, k), (n, k))]
     errors = []
@@ -123,8 +127,10 @@ def fp8_pack(weight_nk, activation_mk, block, device):
         a_q, a_scale, a_deq = fp8_scaled(activation_mk, *a_tile)
         w_q, w_scale, w_deq = fp8_scaled(weight_nk, *w_tile)
         if mode == "blockwise":
-            # cuBLAS wants the 1 x B activation scales M-major and the weight scales K x N.
-            a_scale, w_scale = a_scale.t().contiguous().t(), w_scale.t().contiguous()
+            # cuBLAS wants both scale tensors outer-dim-major: the 1 x B activation scales as an
+            # (M, K/B) view of a K/B x M buffer, the weight scales as the (K/B, N/B) transpose
+            # of their N/B x K/B buffer (any other layout: "Invalid scaling configuration").
+            a_scale, w_scale = a_scale.t().contiguous().t(), w_scale.t()
         elif mode == "rowwise":
             w_scale = w_scale.reshape(1, n)
         else:
@@ -133,11 +139,17 @@ def fp8_pack(weight_nk, activation_mk, block, device):
         def matmul(_a, a_q=a_q, w_q=w_q, a_scale=a_scale, w_scale=w_scale):
             return torch._scaled_mm(a_q, w_q.t(), scale_a=a_scale, scale_b=w_scale, out_dtype=torch.bfloat16)
         try:
-            matmul(None)
+            out = matmul(None).float()
         except (RuntimeError, NotImplementedError) as err:
             errors.append(f"{mode}: {str(err).splitlines()[0][:120]}")
             continue
-        return matmul, w_deq.to(torch.bfloat16), a_deq, f"torch._scaled_mm fp8 e4m3, {mode} scales"
+        # A scaling the kernel accepts can still compute garbage (see above): check, fall back.
+        reference = a_deq @ w_deq.t()
+        error = ((out - reference).norm() / reference.norm().clamp(min=1e-12)).item()
+        if error > 0.05:
+            errors.append(f"{mode}: wrong result (relative error {error:.3g})")
+            continue
+        return matmul, w_deq.to(torch.bfloat16), a_deq, f"torch._scaled_mm fp8 e4m3, {mode} scales", errors
     raise RuntimeError("; ".join(errors))
 
 
@@ -175,6 +187,8 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
         activations = [p[2].to(torch.bfloat16) for p in packed]
         row["kernel"] = packed[0][3]
         row["fp8_block"] = fp8_block
+        if packed[0][4]:
+            row["fp8_finer_scaling_failed"] = packed[0][4]
     else:
         fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
         reference_weights = weights
