@@ -46,7 +46,7 @@ def gemm_action(session: Session):
         cfg = session.config.gemm
         fp8 = derived["weight_dtype"] == "fp8"
         int4_group = None if fp8 else derived.get("group_size")
-        fp8_block = derived.get("group_size") or 0 if fp8 else 128
+        fp8_block = (derived.get("group_size") or 0) if fp8 else 128
         measured = run_json_script(session, "gemm_bench.py",
                                    [remote, "--repeats", str(cfg.repeats),
                                     "--group-size", str(int4_group or cfg.int4_group_size),
