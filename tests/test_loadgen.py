@@ -76,8 +76,10 @@ def test_a_delivery_stall_is_counted_and_the_tail_after_the_last_token_is_not(pa
     assert summary["tpot_ms"]["mean"] == pytest.approx((20 * 5 + 300) / 20, rel=0.1)
     assert all(r["stream_end_s"] - r["e2e_s"] >= 0.38 for r in run["requests"])
     stalls = summary["stalls"]
-    assert stalls["count"] == 4 and stalls["requests_affected"] == 4
-    assert stalls["max_ms"] == pytest.approx(305, abs=40) and 50 <= stalls["threshold_ms"] < 60
+    assert 50 <= stalls["threshold_ms"] < 60
+    # Every request shows its injected stall (a busy CI host may add a hiccup of its own).
+    assert stalls["requests_affected"] == 4 and stalls["count"] >= 4
+    assert all(max(r["itl_s"]) > 0.28 for r in run["requests"]) and stalls["max_ms"] < 400
 
 
 def test_failures_are_counted_not_hidden(pace_server) -> None:
