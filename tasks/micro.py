@@ -107,7 +107,14 @@ def allreduce_action(session: Session):
             ctx.log(f"{result['backend']} {shlex.join(f'{k}={v}' for k, v in env.items()) or 'default'}:"
                     f" {len(result['rows'])} sizes")
         default = runs[0]
-        by_size = {row["bytes"]: row for row in default["rows"]}
+        # Predict with the path the server takes: on CPU that is vLLM's shared-memory all-reduce
+        # where the host has it, not gloo.
+        if default.get("vllm_shm_rows"):
+            predicted_by = "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"
+            by_size = {row["bytes"]: row for row in default["vllm_shm_rows"]}
+        else:
+            predicted_by = f"torch.distributed {default['backend']}"
+            by_size = {row["bytes"]: row for row in default["rows"]}
         per_step = derived["allreduces_per_step"]
         predictions = []
         for tokens, size in zip(sorted(cfg.decode_tokens), model_sizes, strict=False):
@@ -120,6 +127,7 @@ def allreduce_action(session: Session):
         write_atomic(artifact, json.dumps(runs, indent=1).encode())
         return {"backend": default["backend"], "world_size": default["world_size"],
                 "model_sizes_bytes": model_sizes, "runs": runs, "predictions": predictions,
+                "predicted_by": predicted_by,
                 "allreduces_per_step_source": "2 per layer (attention o_proj, MLP/MoE down) + 1"
                                               " (vocab-parallel embedding), from config.json",
                 "artifact": str(artifact)}

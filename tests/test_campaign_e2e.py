@@ -61,7 +61,15 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
     single = todos["macro_single"].result["single_stream"]
     assert single["failed"] == 0 and single["tpot_ms"]["count"] == single["completed"]
     assert todos["gemm_bench"].result["copy_ceiling_gbps"] > 0
-    assert todos["allreduce_bench"].result["backend"] == "gloo"
+    allreduce = todos["allreduce_bench"].result
+    assert allreduce["backend"] == "gloo"
+    # The prediction uses the all-reduce vLLM's CPU workers really run (its sum checked on the
+    # host before timing), at every size gloo was timed at.
+    assert "shm_allreduce" in allreduce["predicted_by"]
+    default = allreduce["runs"][0]
+    assert [r["bytes"] for r in default["vllm_shm_rows"]] == [r["bytes"] for r in default["rows"]]
+    by_size = {r["bytes"]: r["latency_us"] for r in default["vllm_shm_rows"]}
+    assert all(p["latency_us"] == by_size[p["bytes"]] for p in allreduce["predictions"])
 
 
 def test_findings_agree_with_direct_count_over_traces(campaign: Path) -> None:

@@ -3,6 +3,11 @@
 Launched with torchrun (one process a rank): NCCL on GPUs, gloo on CPU. For each size: warmup,
 then the median over repeats of (elapsed / iterations) for back-to-back all-reduces, each
 repeat started after a barrier. algbw = bytes / time; busbw = algbw x 2(n-1)/n (nccl-tests).
+
+On CPU, vLLM does not all-reduce through gloo: its workers use their own shared-memory
+all-reduce (`_C::shm_allreduce`). Where vLLM's CPU ops are importable, that op is set up the
+way vLLM's CpuCommunicator does it, checked for a correct sum, and timed the same way
+(`vllm_shm_rows`), so the per-step prediction can use the path the server really takes.
 Rank 0 prints one JSON document.
 
 usage: torchrun --nproc-per-node N allreduce_bench.py --sizes B1,B2,... [--iterations I]
@@ -34,13 +39,60 @@ def main():
     dist.init_process_group(backend)
     device = "cuda" if use_cuda else "cpu"
     dtype = getattr(torch, args.dtype)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = time_sizes(dist.all_reduce, sizes, dtype, device, world, args)
+    document = {"backend": backend, "world_size": world, "dtype": args.dtype,
+                "iterations": args.iterations, "repeats": args.repeats,
+                "nccl_algo": os.environ.get("NCCL_ALGO"), "nccl_proto": os.environ.get("NCCL_PROTO"),
+                "torch": torch.__version__, "rows": rows}
+    if not use_cuda:
+        shm_all_reduce, why_not = vllm_shm_all_reduce(rank, world)
+        if shm_all_reduce is None:
+            document["vllm_shm_unavailable"] = why_not
+        else:
+            document["vllm_shm_rows"] = time_sizes(shm_all_reduce, sizes, dtype, device, world, args)
+    if rank == 0:
+        print(json.dumps(document))
+    dist.destroy_process_group()
+
+
+def vllm_shm_all_reduce(rank, world):
+    """vLLM's CPU shared-memory all-reduce, set up as vllm's CpuCommunicator does; checked to
+    sum correctly. Returns (all_reduce(tensor), None) or (None, why it is unavailable)."""
+    try:
+        import vllm._C  # noqa: F401 - registers torch.ops._C
+    except Exception as err:  # noqa: BLE001 - any import failure means: not available here
+        return None, f"vllm._C not importable: {type(err).__name__}: {str(err)[:150]}"
+    ops = torch.ops._C
+    if not (hasattr(ops, "init_shm_manager") and hasattr(ops, "shm_allreduce")):
+        return None, "this vLLM build has no CPU shared-memory all-reduce"
+    threads = torch.tensor([torch.get_num_threads()], dtype=torch.int64)
+    dist.all_reduce(threads, op=dist.ReduceOp.MIN)
+    name = f"orchestrate-{os.environ.get('MASTER_PORT', '0')}-{os.getppid()}-cpushm"
+    handle = ops.init_shm_manager(name, world, rank, int(threads.item()))
+    dist.barrier()
+    ops.join_shm_manager(handle, name)
+    dist.barrier()
+
+    def all_reduce(tensor):
+        ops.shm_allreduce(handle, tensor)
+
+    probe = torch.full((1024,), float(rank + 1), dtype=torch.bfloat16)
+    all_reduce(probe)
+    if not bool((probe == world * (world + 1) / 2).all()):
+        return None, "vLLM's shm_allreduce returned a wrong sum here"
+    return all_reduce, None
+
+
+def time_sizes(all_reduce, sizes, dtype, device, world, args):
     element = torch.tensor([], dtype=dtype).element_size()
+    use_cuda = device == "cuda"
     rows = []
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in sizes:
         numel = max(1, size // element)
         tensor = torch.ones(numel, dtype=dtype, device=device)
         for _ in range(5):
-            dist.all_reduce(tensor)
+            all_reduce(tensor)
         if use_cuda:
             torch.cuda.synchronize()
         samples = []
@@ -50,7 +102,7 @@ def main():
                 torch.cuda.synchronize()
             started = time.perf_counter()
             for _ in range(args.iterations):
-                dist.all_reduce(tensor)
+                all_reduce(tensor)
             if use_cuda:
                 torch.cuda.synchronize()
             samples.append((time.perf_counter() - started) / args.iterations)
@@ -66,13 +118,7 @@ def main():
         rows.append({"bytes": nbytes, "latency_us": seconds * 1e6, "algbw_gbps": algbw,
                      "busbw_gbps": algbw * 2 * (world - 1) / world,
                      "per_rank_latency_us": [float(g.item()) * 1e6 for g in gathered]})
-    if rank == 0:
-        print(json.dumps({"backend": backend, "world_size": world, "dtype": args.dtype,
-                          "iterations": args.iterations, "repeats": args.repeats,
-                          "nccl_algo": os.environ.get("NCCL_ALGO"),
-                          "nccl_proto": os.environ.get("NCCL_PROTO"),
-                          "torch": torch.__version__, "rows": rows}))
-    dist.destroy_process_group()
+    return rows
 
 
 if __name__ == "__main__":
