@@ -272,12 +272,15 @@ def breakdown_section(doc: Doc, plots: dict[str, str]) -> str:
                  f" {rank['busy_union_ms_per_step']:.3f} ms; wall step time {rank['wall_ms_per_step']:.3f} ms"
                  " (a sum above the union means overlap across streams; wall above the union is idle"
                  f" or unattributed host time). Trace: {doc.link(rank['trace'], Path(rank['trace']).name)}.\n\n")
-        text += md_table(["category", "calls a step", "µs a call", "ms a step", "share %"],
-                         [[c, _f(v["calls_per_step"], 1), _f(v["mean_us_per_call"], 1), _f(v["ms_per_step"], 3),
-                           _f(v["share_pct"], 1)] for c, v in rank["categories"].items()])
-        text += "\nTop kernels/ops:\n\n" + md_table(
-            ["name", "category", "calls a step", "ms a step"],
-            [[k["name"][:90], k["category"], _f(k["calls_per_step"], 1), _f(k["ms_per_step"], 3)]
+        text += md_table(["category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step", "share %"],
+                         [[c, _f(v["calls_per_step"], 1), _f(v["mean_us_per_call"], 1),
+                           _f(v.get("p50_us_per_call"), 1), _f(v["ms_per_step"], 3), _f(v["share_pct"], 1)]
+                          for c, v in rank["categories"].items()])
+        text += ("\nTop kernels/ops (a mean far above the p50 is a heavy tail: calls that waited, e.g. a"
+                 " collective for a late rank):\n\n") + md_table(
+            ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
+            [[k["name"][:90], k["category"], _f(k["calls_per_step"], 1), _f(k.get("mean_us_per_call"), 1),
+              _f(k.get("p50_us_per_call"), 1), _f(k["ms_per_step"], 3)]
              for k in rank["top_kernels"][:10]])
         if rank["unmatched_names"]:
             text += "\nUnmatched names (counted as other; extend the rules): " + ", ".join(
@@ -318,6 +321,10 @@ def crosscheck_section(doc: Doc, figures: dict[str, Any]) -> str:
                 note = ("; the micro figure is the op with both ranks arriving together, a traced op also"
                         " waits for the slower rank (see the rank imbalance), so micro/trace well below 1"
                         " means ranks arrive apart")
+                typical = [k["p50_us_per_call"] for k in reduce_ops if "p50_us_per_call" in k]
+                if typical:
+                    note += (f" (the traced typical call, p50 {_f(max(typical), 1)} µs, against micro"
+                             f" {_f(first['latency_us'], 1)} µs)")
             elif allreduce["backend"] == "gloo":
                 note = ("; the server does not use gloo (vLLM CPU uses its own shared-memory all-reduce,"
                         " not available on this host), so the micro figure bounds a gloo-based setup only")

@@ -49,7 +49,7 @@ class Classifier:
 
 def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> dict[str, Any]:
     """One rank's decode-step breakdown: per category calls, µs a call, ms a step, share."""
-    columns = read_columns(path, keep_cpu_op=lambda name: classify(name) != "other")
+    columns = read_columns(path)
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
@@ -70,13 +70,14 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
             prefill_steps += match[2] != "0"
     if kind == "gpu":
         ts, dur, name_ids = columns.arrays("device")
+        busy = dur
     else:
-        ts, dur, name_ids = _outermost(columns)
+        ts, dur, name_ids, busy = _cpu_ops(columns, classify)
     step_of = np.searchsorted(starts, ts, side="right") - 1
     inside = step_of >= 0
     inside[inside] &= ts[inside] <= ends[step_of[inside]]
     inside[inside] &= decode[step_of[inside]]
-    ts, dur, name_ids, step_of = ts[inside], dur[inside], name_ids[inside], step_of[inside]
+    ts, dur, name_ids, step_of, busy = ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside]
 
     name_us = np.bincount(name_ids, weights=dur, minlength=len(columns.names))
     name_calls = np.bincount(name_ids, minlength=len(columns.names))
@@ -90,6 +91,10 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
         category_us[category] = category_us.get(category, 0.0) + float(name_us[index])
         category_calls[category] = category_calls.get(category, 0) + int(name_calls[index])
     device_us = sum(category_us.values())
+    # Medians beside the means: a heavy tail (a CPU all-reduce waiting for a descheduled rank,
+    # a kernel queued behind another) shows as a mean far above the typical call.
+    category_index = {category: i for i, category in enumerate(CATEGORIES)}
+    event_category = np.array([category_index.get(c, -1) for c in category_of_name] or [-1])[name_ids]
     categories = {}
     for category in CATEGORIES:
         if category in category_calls:
@@ -97,6 +102,7 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
             categories[category] = {
                 "calls_per_step": calls / per_step,
                 "mean_us_per_call": total_us / calls,
+                "p50_us_per_call": float(np.median(dur[event_category == category_index[category]])),
                 "ms_per_step": total_us / 1000 / per_step,
                 "share_pct": total_us / device_us * 100 if device_us else 0.0,
             }
@@ -107,7 +113,7 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     return {
         "rank": rank, "kind": kind, "decode_steps": decode_steps, "prefill_steps": prefill_steps,
         "device_ms_per_step": device_us / 1000 / per_step,
-        "busy_union_ms_per_step": _union_us(ts, dur, step_of) / 1000 / per_step,
+        "busy_union_ms_per_step": _union_us(ts, busy, step_of) / 1000 / per_step,
         "wall_ms_per_step": float((ends - starts)[decode].sum()) / 1000 / per_step,
         "categories": categories,
         "communication_calls_per_step": {int(k): int(v) for k, v in sorted(Counter(comm_per_step.tolist()).items())},
@@ -116,27 +122,49 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
             if category_of_name[i] == "communication"},
         "top_kernels": [{"name": columns.names[i], "category": category_of_name[i],
                          "ms_per_step": float(name_us[i]) / 1000 / per_step,
-                         "calls_per_step": int(name_calls[i]) / per_step} for i in top if name_calls[i]],
+                         "calls_per_step": int(name_calls[i]) / per_step,
+                         "mean_us_per_call": float(name_us[i]) / int(name_calls[i]),
+                         "p50_us_per_call": float(np.median(dur[name_ids == i]))}
+                        for i in top if name_calls[i]],
         "unmatched_names": [columns.names[i] for i in np.argsort(-name_calls)
                             if name_calls[i] and category_of_name[i] == "other"][:20],
         "trace": str(path),
     }
 
 
-def _outermost(columns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
-    """CPU ops nest (aten::linear > aten::addmm); keep matched ops not inside a matched op."""
-    order = sorted(range(len(columns.cpu_ts)), key=lambda i: (columns.cpu_ts[i], -columns.cpu_dur[i]))
-    open_until: dict[int | str, float] = {}
-    kept = []
-    for i in order:
-        tid, ts = columns.cpu_tid[i], columns.cpu_ts[i]
-        if ts < open_until.get(tid, float("-inf")):
-            continue
-        kept.append(i)
-        open_until[tid] = ts + columns.cpu_dur[i]
-    pick = np.array(kept, dtype=np.int64)
+def _cpu_ops(columns, classify: Classifier) -> tuple[np.ndarray, ...]:  # noqa: ANN001
+    """CPU op time, each microsecond counted once. CPU ops nest (a torch.compile graph call >
+    aten::linear > aten::addmm): an op a rule matches counts whole, under its category, unless it
+    is inside another matched op; an op no rule matches counts only its own time outside its
+    children, as "other" (and is listed), so it neither vanishes nor swallows what it wraps.
+    Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
+    their thread, for the union of busy time."""
     ts, dur, names = columns.arrays("cpu")
-    return (ts[pick], dur[pick], names[pick]) if len(pick) else (ts[:0], dur[:0], names[:0])
+    matched_name = np.array([classify(name) != "other" for name in columns.names] or [False], dtype=bool)
+    matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
+    counted = np.zeros(len(ts))
+    busy = np.zeros(len(ts))
+    keep = np.zeros(len(ts), dtype=bool)
+    children_us = np.zeros(len(ts))
+    order = sorted(range(len(ts)), key=lambda i: (columns.cpu_tid[i], ts[i], -dur[i]))
+    stack: list[tuple[float, int, bool]] = []  # (end, index, inside or is a matched op)
+    thread = None
+    for i in order:
+        if columns.cpu_tid[i] != thread:
+            thread, stack = columns.cpu_tid[i], []
+        while stack and stack[-1][0] <= ts[i]:
+            stack.pop()
+        under_matched = bool(stack) and stack[-1][2]
+        if stack:
+            children_us[stack[-1][1]] += dur[i]
+        else:
+            busy[i] = dur[i]
+        stack.append((ts[i] + dur[i], i, under_matched or bool(matched[i])))
+        keep[i] = not under_matched
+    counted[keep & matched] = dur[keep & matched]
+    own = keep & ~matched
+    counted[own] = np.maximum(dur[own] - children_us[own], 0.0)
+    return ts[keep], counted[keep], names[keep], busy[keep]
 
 
 def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:

@@ -70,7 +70,7 @@ class Columns:
             self.names.append(name)
         return [index[name] for name in names]
 
-    def take(self, events: list[Event], keep_cpu_op) -> None:  # noqa: ANN001
+    def take(self, events: list[Event]) -> None:
         # Comprehensions, not a per-event loop with branches: this runs a million times a rank.
         device = [e for e in events if e.cat in DEVICE_CATS and e.ph == "X"]
         if device:
@@ -79,8 +79,6 @@ class Columns:
             self.device_name.extend(self.name_ids([e.name for e in device]))
         cpu = [e for e in events if e.cat == "cpu_op" and e.ph == "X"]
         if cpu:
-            kept_names = {name for name in {e.name for e in cpu} if keep_cpu_op(name)}
-            cpu = [e for e in cpu if e.name in kept_names]
             self.cpu_ts.extend([e.ts for e in cpu])
             self.cpu_dur.extend([e.dur for e in cpu])
             self.cpu_name.extend(self.name_ids([e.name for e in cpu]))
@@ -100,7 +98,7 @@ def _bad(path: Path, why: str) -> InputError:
                       " (`orchestrate reset profile_capture`)")
 
 
-def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
+def read_columns(path: Path) -> Columns:
     columns = Columns()
     try:
         opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
@@ -111,7 +109,7 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
             head = stream.read(BLOCK_BYTES)
             start = EVENTS_START.search(head)
             if start is None or head[start.end(): start.end() + 4] != b"\n  {":
-                return _whole(path, head + stream.read(), columns, keep_cpu_op)
+                return _whole(path, head + stream.read(), columns)
             if match := RANK.search(head[: start.start()]):
                 columns.rank = int(match[1])
             buffer = head[start.end():]
@@ -119,7 +117,7 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
                 block = stream.read(BLOCK_BYTES)
                 cut = buffer.rfind(BETWEEN_EVENTS)
                 if cut >= 0:
-                    _take_block(path, buffer[: cut + 4], columns, keep_cpu_op)
+                    _take_block(path, buffer[: cut + 4], columns)
                     buffer = buffer[cut + 5:]
                 if not block:
                     break
@@ -129,7 +127,7 @@ def read_columns(path: Path, keep_cpu_op) -> Columns:  # noqa: ANN001
                 raise _bad(path, "the traceEvents array never closes")
             tail = buffer[:end]
             if tail.strip():
-                _take_block(path, tail, columns, keep_cpu_op)
+                _take_block(path, tail, columns)
             if columns.rank is None and (match := RANK.search(buffer[end:])):
                 columns.rank = int(match[1])
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
@@ -151,7 +149,7 @@ WANTED_GPU = _wanted_pattern(WANTED_CATS)
 WANTED_ANY = _wanted_pattern(WANTED_CATS | {"cpu_op"})
 
 
-def _take_block(path: Path, text: bytes, columns: Columns, keep_cpu_op) -> None:  # noqa: ANN001
+def _take_block(path: Path, text: bytes, columns: Columns) -> None:
     """Decode only the events the analysis can use.
 
     On a GPU trace most events are CPU ops, runtime calls and flows the breakdown never reads,
@@ -166,7 +164,7 @@ def _take_block(path: Path, text: bytes, columns: Columns, keep_cpu_op) -> None:
         for match in pattern.finditer(text):
             kept.append(text[match.start() + 3 : text.find(b"\n  }", match.end()) + 4])
         if kept:
-            columns.take(_decode(path, b"[" + b",".join(kept) + b"]"), keep_cpu_op)
+            columns.take(_decode(path, b"[" + b",".join(kept) + b"]"))
         return
     wanted = WANTED_CATS if columns.device_ts else WANTED_CATS | {"cpu_op"}
     parts = text.split(b"\n  },\n  {")
@@ -179,7 +177,7 @@ def _take_block(path: Path, text: bytes, columns: Columns, keep_cpu_op) -> None:
         if at >= 0 and part[at + 8 : part.find(b'"', at + 8)].decode() in wanted:
             inner.append(part)
     if inner:
-        columns.take(_decode(path, b"[{" + b"},{".join(inner) + b"}]"), keep_cpu_op)
+        columns.take(_decode(path, b"[{" + b"},{".join(inner) + b"}]"))
 
 
 def _decode(path: Path, array_text: bytes) -> list[Event]:
@@ -189,12 +187,12 @@ def _decode(path: Path, array_text: bytes) -> list[Event]:
         raise _bad(path, f"malformed events ({err})") from None
 
 
-def _whole(path: Path, data: bytes, columns: Columns, keep_cpu_op) -> Columns:  # noqa: ANN001
+def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
         document = WHOLE.decode(data)
     except msgspec.DecodeError as err:
         raise _bad(path, f"not a Chrome/Kineto trace ({err})") from None
     if document.distributedInfo and isinstance(document.distributedInfo.get("rank"), int):
         columns.rank = document.distributedInfo["rank"]
-    columns.take(document.traceEvents, keep_cpu_op)
+    columns.take(document.traceEvents)
     return columns

@@ -95,3 +95,34 @@ def test_kineto_layout_in_another_field_order_gives_the_same_answer(tmp_path: Pa
     reordered = tmp_path / "reordered.json"
     reordered.write_text("{\n" + header + ',\n  "traceEvents": [\n' + body + "\n  ]\n}\n")
     assert analyze_trace(reordered, Classifier())["categories"] == analyze_trace(GPU_TRACE, Classifier())["categories"]
+
+
+def test_nested_cpu_ops_count_each_microsecond_once(tmp_path: Path) -> None:
+    """A hand-made CPU trace (deliberately small, so every figure can be computed by hand): an
+    unmatched wrapper, like torch.compile's graph call, around a matched GEMM that has its own
+    child, a matched all-reduce and an unmatched slice; a second thread runs its own op."""
+    def op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_1(1)",
+         "pid": 1, "tid": 1, "ts": 1000.0, "dur": 200.0},
+        op("## Call CompiledFxGraph ##", 1000.0, 100.0),
+        op("_C::weight_packed_linear", 1010.0, 30.0),
+        op("aten::empty", 1012.0, 5.0),                 # inside the GEMM: part of its 30 µs
+        op("_C::shm_allreduce", 1050.0, 20.0),
+        op("aten::slice", 1080.0, 4.0),
+        op("aten::mul", 1150.0, 10.0, tid=2),           # another thread, after the wrapper
+    ]
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    result = analyze_trace(path, Classifier())
+    categories = result["categories"]
+    assert categories["gemm"]["ms_per_step"] * 1000 == pytest.approx(30)
+    assert categories["communication"]["ms_per_step"] * 1000 == pytest.approx(20)
+    assert categories["norm_elementwise"]["ms_per_step"] * 1000 == pytest.approx(10)
+    # other: the wrapper's own 100 - 30 - 20 - 4 = 46 µs, and the slice's 4 µs.
+    assert categories["other"]["ms_per_step"] * 1000 == pytest.approx(50)
+    assert categories["other"]["calls_per_step"] == 2
+    assert result["device_ms_per_step"] * 1000 == pytest.approx(110)  # the two top-level ops
+    assert result["busy_union_ms_per_step"] * 1000 == pytest.approx(110)
+    assert "aten::slice" in result["unmatched_names"] and "aten::empty" not in result["unmatched_names"]
