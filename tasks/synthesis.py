@@ -93,6 +93,15 @@ def w4a16_speedup(rows: list[dict[str, Any]]) -> float | None:
     return statistics.median(ratios) if ratios else None
 
 
+def tail_note(category: dict[str, Any]) -> str:
+    """A sentence when the mean call is mostly tail: the typical call is far cheaper."""
+    p50 = category.get("p50_us_per_call")
+    if not p50 or category["mean_us_per_call"] < 3 * p50:
+        return ""
+    return (f" The typical call takes {p50:.1f} µs (p50): most of the mean is a tail of calls that"
+            " waited (for a late rank, a descheduled thread, a queue), not the operation's own cost.")
+
+
 def summary_section(figures: dict[str, Any]) -> str:
     rank0 = figures["rank0"]
     lines = ["## Summary\n"]
@@ -102,10 +111,12 @@ def summary_section(figures: dict[str, Any]) -> str:
         comm = rank0["categories"].get("communication")
         lines.append(f"- Decode steps on rank 0 spend most device time in **{dominant}**:"
                      f" {cat['share_pct']:.1f}% of decode device time ({cat['calls_per_step']:.0f} calls"
-                     f" a step, {cat['mean_us_per_call']:.1f} µs a call, {cat['ms_per_step']:.3f} ms a step).")
+                     f" a step, {cat['mean_us_per_call']:.1f} µs a call, {cat['ms_per_step']:.3f} ms a step)."
+                     + tail_note(cat))
         if comm and dominant != "communication":
             lines.append(f"- Communication is {comm['share_pct']:.1f}% of decode device time:"
-                         f" {comm['calls_per_step']:.0f} calls a step at {comm['mean_us_per_call']:.1f} µs.")
+                         f" {comm['calls_per_step']:.0f} calls a step at {comm['mean_us_per_call']:.1f} µs."
+                         + tail_note(comm))
     if figures.get("decode_tpot_ms"):
         lines.append(f"- Single-stream TPOT {figures['decode_tpot_ms']:.2f} ms"
                      f" ({1000 / figures['decode_tpot_ms']:.0f} tokens/s a stream).")
