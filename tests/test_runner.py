@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,27 @@ def test_tasks_sharing_a_need_run_together_so_the_service_loads_once(tmp_path: P
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert loads.count("service") == 1, loads
     assert sorted(ran) == sorted(["gemm", "ready", "macro", "allreduce", "capture", "analysis"])
+
+
+def test_a_detached_server_survives_ctrl_c_at_the_controllers_terminal(tmp_path: Path) -> None:
+    """Ctrl-C at a terminal signals the whole foreground process group: the controller's, not
+    the detached server's."""
+    import signal
+    import subprocess
+    import sys
+
+    from orchestrator.hosts.local import LocalHost
+
+    controller = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from orchestrator.hosts.local import LocalHost;"
+         f" print(LocalHost().start_detached(['sleep', '120'], '{tmp_path}/log', '{tmp_path}/pid'), flush=True);"
+         " time.sleep(60)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    pid = int(controller.stdout.readline())
+    host = LocalHost()
+    try:
+        assert os.getpgid(pid) == pid != os.getpgid(controller.pid)
+        os.killpg(controller.pid, signal.SIGINT)  # the terminal's Ctrl-C
+        controller.wait(timeout=10)
+        assert host.group_pids(pid) == [pid]
+    finally:
+        assert host.stop_group(pid, grace_s=5)

@@ -182,3 +182,19 @@ def test_a_syntax_error_does_not_end_the_shell(ssh_host: SSHHost) -> None:
     assert broken.exit_code != 0 and "syntax" in broken.stderr
     assert ssh_host.run("echo still-here").stdout == "still-here\n"
     assert ssh_host.connects == 1
+
+
+def test_detached_process_has_its_own_group_and_outlives_the_connection(ssh_host: SSHHost, sshd,
+                                                                        tmp_path: Path) -> None:
+    pid = ssh_host.start_detached(["sleep", "120"], str(tmp_path / "log"), str(tmp_path / "pid"))
+    try:
+        ids = ssh_host.run(f"ps -o pgid=,sid= -p {pid}; ps -o sid= -p $$").stdout.split()
+        pgid, sid, shell_sid = (int(x) for x in ids)
+        # Its own process group (what stop_group signals), in the shell's session: a session of
+        # its own would put it in its own scheduler autogroup (see Host.start_detached).
+        assert pgid == pid and sid == shell_sid
+        sshd.kill_sessions()  # the connection that started it dies
+        wait_until_drop_is_seen(ssh_host)
+        assert ssh_host.group_pids(pid) == [pid]  # a new connection still sees it running
+    finally:
+        assert ssh_host.stop_group(pid, grace_s=5)
