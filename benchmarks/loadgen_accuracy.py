@@ -100,7 +100,7 @@ def vllm_side_by_side(model: Path, rounds: int) -> None:
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                                "--dtype", "bfloat16", "--port", str(port), "--tensor-parallel-size", "2",
                                "--max-model-len", "1024"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                              start_new_session=True)
+                              process_group=0)  # not a new session: see Host.start_detached
     try:
         deadline = time.monotonic() + 600
         while True:
