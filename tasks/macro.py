@@ -9,7 +9,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from tasks.hostjson import run_json_script
 from tasks.metrics import DEFINITIONS, summarize
-from tasks.service import served_name
+from tasks.service import served_name, service_pid_path
 from tasks.session import Session
 
 
@@ -25,7 +25,8 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
     args = ["--port", str(session.config.service.port), "--model", served_name(session),
             "--input-tokens", str(cfg.input_tokens), "--output-tokens", str(cfg.output_tokens),
             "--concurrency", str(concurrency), "--requests", str(requests),
-            "--warmup", str(warmup), "--vocab", str(model_vocab(ctx)), "--seed", str(seed)]
+            "--warmup", str(warmup), "--vocab", str(model_vocab(ctx)), "--seed", str(seed),
+            "--server-pid-file", service_pid_path(session)]
     raw = run_json_script(session, "loadgen.py", args, timeout_s=3600)
     artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
     write_atomic(artifact, json.dumps(raw).encode())

@@ -81,6 +81,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "e2e_ms": distribution_ms([r["e2e_s"] for r in ok]),
     }
     summary["stalls"] = delivery_stalls(ok, summary["itl_ms"].get("p50"))
+    summary["scheduling"] = run.get("scheduling")
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
     return summary
 

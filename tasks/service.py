@@ -55,6 +55,11 @@ def detect_accelerator(session: Session) -> str:
     return "cuda" if found.exit_code == 0 and "GPU" in found.stdout else "cpu"
 
 
+def service_pid_path(session: Session) -> str:
+    """Where the pid of the server we launched is kept on the host (its process group id)."""
+    return f"{session.workdir}/service/vllm.pid"
+
+
 def cpu_thread_binding(cores: int, ranks: int) -> str:
     """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly between ranks, e.g. '0|1' or '0-3|4-7'."""
     per_rank = max(1, cores // ranks)
@@ -124,7 +129,7 @@ class ServiceLifecycle:
 
     @property
     def pid_path(self) -> str:
-        return f"{self.session.workdir}/service/vllm.pid"
+        return service_pid_path(self.session)
 
     # -- probes ---------------------------------------------------------------------------
     def serving_model(self) -> str | None:

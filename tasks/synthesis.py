@@ -181,6 +181,16 @@ def macro_section(doc: Doc, plots: dict[str, str]) -> str:
             cross.append(["single" if single and index == 0 else f"c={level['concurrency']}", metric,
                           _f(client, 3), _f(entry["server_mean_ms"], 3),
                           _f(entry.get("client_minus_server_pct")) + "%"])
+    apart = [("single stream" if single and index == 0 else f"c={level['concurrency']}")
+             for index, level in enumerate(levels)
+             if (sched := level.get("scheduling") or {}).get("autogroup_enabled")
+             and sched.get("server_sid") is not None and sched["server_sid"] != sched.get("client_sid")]
+    if apart:
+        text += ("\n**The load client ran in another session than the server** (" + ", ".join(apart)
+                 + ") while the kernel groups"
+                 " scheduling by session (`sched_autogroup_enabled` = 1). On a busy host that was measured"
+                 " delivering streams in bursts (see the stalls column); a campaign that launches the"
+                 " server itself runs both in one session.\n")
     if cross:
         text += ("\nCross-check against the server's own `/metrics` histograms (delta over each run,"
                  " mean = sum/count). The client times bytes at its socket; vLLM's histograms stop at"

@@ -23,25 +23,27 @@ LOADGEN = ROOT / "tasks" / "remote" / "loadgen.py"
 def pace_server():
     servers = []
 
-    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0) -> int:
+    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0,
+              new_session: bool = False) -> int:
         port = free_port()
         process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
                                     str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms)],
-                                   stdout=subprocess.PIPE, text=True)
+                                   stdout=subprocess.PIPE, text=True, start_new_session=new_session)
         assert process.stdout.readline().strip() == "ready"
         servers.append(process)
         return port
 
+    start.processes = servers
     yield start
     for process in servers:
         process.kill()
         process.wait()
 
 
-def run_loadgen(port: int, concurrency: int, requests: int, output_tokens: int) -> dict:
+def run_loadgen(port: int, concurrency: int, requests: int, output_tokens: int, *extra: str) -> dict:
     out = subprocess.run([sys.executable, str(LOADGEN), "--port", str(port), "--model", "m",
                           "--concurrency", str(concurrency), "--requests", str(requests),
-                          "--output-tokens", str(output_tokens), "--warmup", "0"],
+                          "--output-tokens", str(output_tokens), "--warmup", "0", *extra],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     return json.loads(out)
 
@@ -98,3 +100,13 @@ def test_tpot_definition_and_percentiles() -> None:
     ordered = sorted(values)
     for fraction in (0.5, 0.9, 0.99):
         assert percentile(ordered, fraction) == pytest.approx(numpy.percentile(values, fraction * 100))
+
+
+@pytest.mark.parametrize("new_session", [False, True])
+def test_client_says_whether_it_shares_the_servers_session(pace_server, tmp_path: Path, new_session: bool) -> None:
+    port = pace_server(ttft_ms=5, pace_ms=1, new_session=new_session)
+    pid_file = tmp_path / "server.pid"
+    pid_file.write_text(str(pace_server.processes[-1].pid))
+    scheduling = summarize(run_loadgen(port, 1, 2, 5, "--server-pid-file", str(pid_file)))["scheduling"]
+    assert scheduling["server_sid"] is not None and scheduling["autogroup_enabled"] in (True, False, None)
+    assert (scheduling["server_sid"] != scheduling["client_sid"]) is new_session

@@ -16,6 +16,7 @@ Prints one JSON document.
 import argparse
 import asyncio
 import json
+import os
 import random
 import time
 import urllib.request
@@ -26,6 +27,24 @@ WATCHED = (
     "vllm:request_time_per_output_token_seconds",
     "vllm:e2e_request_latency_seconds",
 )
+
+
+def scheduling(pid_file):
+    """Whether this client and the server share a scheduler autogroup (one per session on Linux
+    with sched_autogroup_enabled=1). Apart, a busy host was measured delivering the server's
+    stream in bursts to this client."""
+    facts = {"client_sid": os.getsid(0)}
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as handle:
+            facts["autogroup_enabled"] = handle.read().strip() == "1"
+    except OSError:
+        facts["autogroup_enabled"] = None
+    try:
+        with open(pid_file) as handle:
+            facts["server_sid"] = os.getsid(int(handle.read().strip()))
+    except (OSError, ValueError, TypeError):
+        facts["server_sid"] = None
+    return facts
 
 
 def scrape_metrics(base_url):
@@ -202,7 +221,8 @@ async def run(args):
     return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
             "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,
             "server_metrics_delta": delta,
-            "server_metrics_error": before.get("error") or after.get("error")}
+            "server_metrics_error": before.get("error") or after.get("error"),
+            "scheduling": scheduling(args.server_pid_file)}
 
 
 def main():
@@ -217,6 +237,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--server-pid-file", help="the server's pid file, to compare sessions")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
 
