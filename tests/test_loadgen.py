@@ -108,5 +108,7 @@ def test_client_says_whether_it_shares_the_servers_session(pace_server, tmp_path
     pid_file = tmp_path / "server.pid"
     pid_file.write_text(str(pace_server.processes[-1].pid))
     scheduling = summarize(run_loadgen(port, 1, 2, 5, "--server-pid-file", str(pid_file)))["scheduling"]
-    assert scheduling["server_sid"] is not None and scheduling["autogroup_enabled"] in (True, False, None)
+    autogroup = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    assert scheduling["autogroup_enabled"] == (autogroup.read_text().strip() == "1" if autogroup.exists() else None)
+    assert scheduling["server_sid"] is not None
     assert (scheduling["server_sid"] != scheduling["client_sid"]) is new_session
