@@ -1,4 +1,4 @@
-"""All-reduce figures of tasks/remote/allreduce_bench.py against an independent plain
+"""All-reduce figures of tasks/allreduce/remote/allreduce_bench.py against an independent plain
 torch.distributed loop, side by side in one run.
 
 The plain loop is the nccl-tests method written the shortest way: warm up, barrier, time N
@@ -62,7 +62,7 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(PLAIN)
     for attempt in range(args.rounds):
-        ours = json.loads(torchrun(args.ranks, 29600 + attempt, str(ROOT / "tasks/remote/allreduce_bench.py"),
+        ours = json.loads(torchrun(args.ranks, 29600 + attempt, str(ROOT / "tasks/allreduce/remote/allreduce_bench.py"),
                                    "--sizes", args.sizes, "--iterations", "50"))
         ours_runs.append({r["bytes"]: r["latency_us"] for r in ours["rows"]})
         plain = json.loads(torchrun(args.ranks, 29700 + attempt, handle.name, args.sizes))

@@ -1,8 +1,8 @@
 """GPU proof for phase 2a: the GEMM phase's script at a real model's TP=8 per-rank shapes.
 
-Runs on a CUDA host (the lent H200): derives the shapes with tasks.gemm_shapes (Kimi-K2: int4
+Runs on a CUDA host (the lent H200): derives the shapes with tasks.model.shapes (Kimi-K2: int4
 experts, plus a W4A16 variant of every bf16 layer; DeepSeek-V3: FP8 with 128 x 128 blocks),
-runs tasks/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
+runs tasks/gemm/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
 triton.testing.do_bench's, and % of the copy ceiling measured in the same run.
 usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [kimi_k2_thinking|deepseek_v3]
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.gemm_shapes import derive_shapes  # noqa: E402
+from tasks.model.shapes import derive_shapes  # noqa: E402
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     int4_group = derived["group_size"] if derived["weight_dtype"] == "w4a16" else 128
     shapes_path = out.with_suffix(".shapes.json")
     shapes_path.write_text(json.dumps(shapes))
-    result = subprocess.run([sys.executable, str(ROOT / "tasks/remote/gemm_bench.py"), str(shapes_path),
+    result = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(shapes_path),
                              "--repeats", "20", "--group-size", str(int4_group),
                              "--fp8-block", str(fp8_block), "--compare-do-bench"], capture_output=True, text=True)
     if result.returncode:

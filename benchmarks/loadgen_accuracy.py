@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from sshd import free_port  # noqa: E402
 
-from tasks.metrics import summarize  # noqa: E402
+from tasks.macro.metrics import summarize  # noqa: E402
 
 VLLM_BENCH = r"""
 import json, sys
@@ -68,7 +68,7 @@ def server_tpot_ms(port: int, before: tuple[float, float], requests: int) -> flo
 
 
 def ours(port: int, model: Path, concurrency: int, requests: int) -> tuple[float, float, int]:
-    out = subprocess.run([sys.executable, str(ROOT / "tasks/remote/loadgen.py"), "--port", str(port), "--model",
+    out = subprocess.run([sys.executable, str(ROOT / "tasks/macro/remote/loadgen.py"), "--port", str(port), "--model",
                           str(model), "--concurrency", str(concurrency), "--requests", str(requests),
                           "--input-tokens", str(TOKENS), "--output-tokens", str(TOKENS), "--warmup", "0",
                           "--vocab", "512"], capture_output=True, text=True, check=True).stdout
@@ -92,7 +92,7 @@ def reference(port: int, model: Path, concurrency: int, requests: int) -> tuple[
 
 def vllm_side_by_side(model: Path, rounds: int) -> None:
     if not (model / ".complete").exists():
-        subprocess.run([sys.executable, str(ROOT / "tasks/remote/make_tiny_model.py"), str(model)], check=True,
+        subprocess.run([sys.executable, str(ROOT / "tasks/model/remote/make_tiny_model.py"), str(model)], check=True,
                        capture_output=True)
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
@@ -138,7 +138,7 @@ def one_level(concurrency: int, pace_ms: float, tokens: int) -> tuple[float, flo
                                str(pace_ms)], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()
-        out = subprocess.run([sys.executable, str(ROOT / "tasks" / "remote" / "loadgen.py"), "--port", str(port),
+        out = subprocess.run([sys.executable, str(ROOT / "tasks" / "macro" / "remote" / "loadgen.py"), "--port", str(port),
                               "--model", "m", "--concurrency", str(concurrency), "--requests",
                               str(max(2 * concurrency, 8)), "--output-tokens", str(tokens), "--warmup", "0"],
                              capture_output=True, text=True, check=True).stdout

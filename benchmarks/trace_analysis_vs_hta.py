@@ -4,7 +4,7 @@ Builds 8 rank traces of ~134 MB uncompressed JSON each (real H200 Kineto events 
 tests/data/gpu_decode_trace.json.gz, replicated with shifted timestamps and ids, in Kineto's
 layout), then times in separate processes, each measured the same way (wall time; peak of the
 summed RSS of the process and its children, sampled every 20 ms):
-  - ours:  tasks.trace_analysis.analyze_ranks(..., workers=2)
+  - ours:  tasks.analysis.breakdown.analyze_ranks(..., workers=2)
   - HTA:   TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown()
 usage: python benchmarks/trace_analysis_vs_hta.py [--dir /tmp/orchestrate-hta-bench] [--mb 134] [--ranks 8]
 """
@@ -99,7 +99,7 @@ def main() -> None:
     total_gb = sum(p.stat().st_size for p in paths) / 1e9
     print(f"{len(paths)} ranks, {total_gb:.2f} GB uncompressed JSON in {args.dir}")
     ours_code = (
-        "import json; from pathlib import Path; from tasks.trace_analysis import analyze_ranks;"
+        "import json; from pathlib import Path; from tasks.analysis.breakdown import analyze_ranks;"
         f" r = analyze_ranks({{i: Path(p) for i, p in enumerate({[str(p) for p in paths]!r})}}, workers=2);"
         " print(json.dumps({'steps': r['ranks'][0]['decode_steps'], 'gemm_ms': r['ranks'][0]['categories']['gemm']['ms_per_step']}))")
     hta_code = (

@@ -1,8 +1,10 @@
 """What the engine runs: task specs, the resources tasks need, and the report hook.
 
 A task says what it needs (dependencies; resources such as "the service is up" or "the
-accelerators are free"), what it produces (a result dict with figures and artifact paths) and
-how to run. It must be safe to run again: a crash mid-run means it runs again on resume.
+accelerators are free"), what it produces (a typed result: a pydantic model the engine checks
+when the result is written and when it is read back), what it depends on in the configuration
+(``inputs``: a change there re-runs it and its dependents) and how to run. It must be safe to
+run again: a crash mid-run means it runs again on resume.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from orchestrator.errors import InputError, OrchestrateError
-from orchestrator.schema import Priority, TodoState
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import InputError, OrchestrateError, TaskFailed
+from orchestrator.schema import Priority, Status, TodoState
+
+ResultT = TypeVar("ResultT", bound=BaseModel)
 
 
 class TaskSkipped(OrchestrateError):
@@ -30,9 +36,17 @@ class TaskContext:
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     log: Callable[[str], None] = print
 
-    def result_of(self, task_id: str) -> dict[str, Any]:
-        todo = self.state.by_id()[task_id]
-        return todo.result or {}
+    def result_of(self, task_id: str, model: type[ResultT]) -> ResultT:
+        """The completed result of ``task_id`` as its typed model (a dependency's, usually)."""
+        todo = self.state.by_id().get(task_id)
+        if todo is None or todo.status != Status.completed or todo.result is None:
+            raise TaskFailed(f"'{self.task_id}' needs the result of '{task_id}', which has none;"
+                             f" `orchestrate reset {task_id}` and `orchestrate resume`")
+        try:
+            return model.model_validate(todo.result)
+        except ValidationError as err:
+            raise TaskFailed(f"the result of '{task_id}' does not match {model.__name__}:"
+                             f" {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
 
 
 class Need(Protocol):
@@ -50,13 +64,17 @@ class Need(Protocol):
 
 @dataclass(frozen=True)
 class TaskSpec:
+    """One todo's definition. ``inputs`` are the JSON-able config parts its result depends on."""
+
     id: str
     content: str
     kind: str
-    action: Callable[[TaskContext], dict[str, Any]]
+    action: Callable[[TaskContext], BaseModel | dict[str, Any]]
     depends_on: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     priority: Priority = Priority.medium
+    result_model: type[BaseModel] | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""`orchestrate`: a thin CLI over the engine. Every error is one line and a documented exit code.
+"""The engine's command line: init, resume, status, reset, report, schema over any campaign.
+
+The engine does not know which campaign it runs: the application passes ``open_campaign``,
+which turns the options (config path, state path, reports folder) into a ``Campaign`` (and
+chooses the host transport). Every error is one line and a documented exit code.
 
 Exit codes: 0 done; 1 a task failed (`resume` retries it); 2 bad input (config, state file,
 trace, arguments); 3 the state is locked by another orchestrate; 4 the host could not be
@@ -10,10 +14,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.campaign import Campaign
 from orchestrator.errors import InputError, Interrupted, OrchestrateError
 from orchestrator.schema import TodoState
+
+
+@dataclass
+class OpenedCampaign:
+    """What the application hands the engine: the campaign, where its config came from, and
+    how to release what opening it took (a host connection)."""
+
+    campaign: Campaign
+    source: str
+    close: Callable[[], None] = field(default=lambda: None)
+
+
+CampaignOpener = Callable[[Path | None, Path, Path], OpenedCampaign]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,13 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None, open_campaign: CampaignOpener) -> int:
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:
         return 2 if exit_.code not in (0, None) else 0
     try:
-        return _dispatch(args)
+        return _dispatch(args, open_campaign)
     except KeyboardInterrupt:
         print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on",
               file=sys.stderr)
@@ -52,14 +72,12 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:
     if args.command == "schema":
         print(json.dumps(TodoState.model_json_schema(), indent=2))
         return 0
+    from orchestrator.results import check_stored_results
     from orchestrator.statefile import StateLock, load_state, save_state
-    from tasks.config import load_config
-    from tasks.plan import build_campaign
-    from tasks.session import Session
 
     if args.command == "status":
         state = load_state(args.state)
@@ -68,9 +86,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_status(state)
         return 0
 
-    config, source = load_config(args.config)
-    session = Session(config=config, state_path=args.state, reports_dir=args.reports)
-    campaign = build_campaign(session)
+    opened = open_campaign(args.config, args.state, args.reports)
+    campaign, source = opened.campaign, opened.source
     from orchestrator.campaign import validate_graph
     from orchestrator.runner import Runner, merge_plan, reset
 
@@ -96,6 +113,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             state = load_state(args.state)
             if state is None:
                 raise InputError(f"{args.state}: no state yet; run `orchestrate resume` first")
+            check_stored_results(campaign, state, args.state)
             for path in campaign.report(state) if campaign.report else []:
                 print(f"report written: {path}")
             return 0
@@ -104,7 +122,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         _print_status(state)
         return 0
     finally:
-        session.close()
+        opened.close()
 
 
 def _print_status(state: TodoState) -> None:
@@ -115,12 +133,9 @@ def _print_status(state: TodoState) -> None:
     for column in ("id", "content", "priority", "status", "attempts", "duration s", "error"):
         table.add_column(column)
     for todo in state.todos:
-        error = todo.error.message if todo.error else ""
+        error = todo.error.message if todo.error else (todo.skipped_reason or "")
         table.add_row(todo.id, todo.content, todo.priority.value, todo.status.value,
                       str(todo.attempts), f"{todo.duration_s:.1f}" if todo.duration_s is not None else "",
                       error[:120])
     Console(width=160).print(table)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,6 +23,12 @@ from orchestrator.errors import (
     TaskFailed,
     tail_lines,
 )
+from orchestrator.results import (
+    check_stored_results,
+    result_document,
+    stale_reason,
+    upstream_digests,
+)
 from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, now
 from orchestrator.statefile import StateLock, load_state, save_state
 
@@ -112,9 +118,11 @@ class Runner:
         validate_graph(self.campaign)
         with StateLock(self.state_path), _sigterm_as_interrupt():
             state = merge_plan(self.campaign, load_state(self.state_path), self.state_path)
+            check_stored_results(self.campaign, state, self.state_path)
             for todo in state.todos:
                 if todo.status == Status.failed:
                     todo.status = Status.pending  # `resume` retries failed tasks
+            self._requeue_stale(state)
             save_state(self.state_path, state)
             while (todo := self._next(state)) is not None:
                 try:
@@ -127,6 +135,24 @@ class Runner:
                     save_state(self.state_path, state)
             self._finish(state)
             return state
+
+    def _requeue_stale(self, state: TodoState) -> None:
+        """A completed todo whose inputs changed goes back to pending with its dependents."""
+        requeued: set[str] = set()
+        for todo in state.todos:
+            if todo.id in requeued:
+                continue
+            reason = stale_reason(todo, self.specs[todo.id], state)
+            if reason is None:
+                continue
+            ids = dependents_of(state, todo.id)
+            for other in state.todos:
+                if other.id in ids and other.status in DONE:
+                    _clear(other)
+            requeued.update(ids)
+            also = [i for i in ids if i != todo.id]
+            self.log(f"[{todo.id}] runs again: {reason}"
+                     + (f"; so do its dependents {', '.join(also)}" if also else ""))
 
     def _next(self, state: TodoState) -> Todo | None:
         status = {todo.id: todo.status for todo in state.todos}
@@ -170,6 +196,8 @@ class Runner:
         todo.attempts += 1
         todo.started_at = now()
         todo.finished_at = None
+        todo.inputs = spec.inputs
+        todo.upstream = upstream_digests(state, spec)
         save_state(self.state_path, state)
         self.log(f"[{todo.id}] {todo.content} (attempt {todo.attempts})")
         started = time.monotonic()
@@ -183,9 +211,10 @@ class Runner:
             for need in spec.needs:
                 self._ensure(need, ctx)
             ctx.facts = {need: self.facts.get(need, {}) for need in spec.needs}
-            result = spec.action(ctx)
+            result = result_document(spec, spec.action(ctx))
         except TaskSkipped as skip:
-            self._close(state, todo, started, Status.skipped, result={"skipped": str(skip)})
+            todo.skipped_reason = str(skip)
+            self._close(state, todo, started, Status.skipped)
             self.log(f"[{todo.id}] skipped: {skip}")
             return
         except KeyboardInterrupt:
@@ -216,7 +245,7 @@ class Runner:
         todo.duration_s = round(time.monotonic() - started, 3)
         if status in DONE:
             todo.error = None
-            todo.result = result or {}
+            todo.result = result if status == Status.completed else None
         save_state(self.state_path, state)
 
     def _ensure(self, name: str, ctx: TaskContext) -> None:
@@ -244,11 +273,17 @@ def reset(campaign: Campaign, state_path: Path, task_id: str) -> list[str]:
         ids = dependents_of(state, task_id)
         for todo in state.todos:
             if todo.id in ids:
-                todo.status, todo.attempts, todo.error = Status.pending, 0, None
-                todo.started_at = todo.finished_at = None
-                todo.duration_s, todo.result = None, None
+                _clear(todo)
         save_state(state_path, state)
         return ids
+
+
+def _clear(todo: Todo) -> None:
+    """Back to a never-run todo: pending, no attempts, no result."""
+    todo.status, todo.attempts, todo.error = Status.pending, 0, None
+    todo.started_at = todo.finished_at = None
+    todo.duration_s, todo.result, todo.skipped_reason = None, None, None
+    todo.inputs, todo.upstream = None, {}
 
 
 class _sigterm_as_interrupt:

@@ -2,7 +2,12 @@
 
 Each todo keeps the plain todo-list fields (`content`, `priority`, `status`) so a human can
 read the file, plus what the engine needs to resume: ids, dependencies, needs, attempts,
-timestamps, the last error and the result.
+timestamps, the last error, the result, and the inputs the result came from (the config
+parts the task declared and a digest of each upstream result), so a changed config re-runs
+exactly what it affects.
+
+Schema 2 (this one) added `inputs`, `upstream` and `skipped_reason`; results are checked
+against each task's result model when written and when read.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2
 
 
 class Status(StrEnum):
@@ -57,10 +62,15 @@ class Todo(Strict):
     duration_s: float | None = None
     error: TodoError | None = None
     result: dict[str, Any] | None = None
+    skipped_reason: str | None = None
+    inputs: dict[str, Any] | None = Field(
+        None, description="the config parts this todo's result came from (secrets as digests)")
+    upstream: dict[str, str] = Field(
+        default_factory=dict, description="digest of each dependency's result when this todo ran")
 
 
 class TodoState(Strict):
-    schema_version: Literal[1] = STATE_SCHEMA_VERSION
+    schema_version: Literal[2] = STATE_SCHEMA_VERSION
     campaign: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator.atomic import write_atomic
 from orchestrator.errors import InputError, StateLocked
-from orchestrator.schema import TodoState, now
+from orchestrator.schema import STATE_SCHEMA_VERSION, TodoState, now
 from orchestrator.validation import one_line
 
 
@@ -31,10 +31,19 @@ def load_state(path: Path) -> TodoState | None:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as err:
         raise InputError(f"{path}: not valid JSON ({err}); {fix}") from None
-    if isinstance(document, dict) and document.get("schema_version") not in (None, 1):
+    version = document.get("schema_version") if isinstance(document, dict) else None
+    if version == 1:
+        # Schema 1 held untyped results and no record of their inputs: they cannot be trusted
+        # to match what this version would compute, so no silent migration.
         raise InputError(
-            f"{path}: field 'schema_version': unsupported version {document['schema_version']!r}"
-            f" (this orchestrate reads 1); use the orchestrate that wrote it, or {fix}"
+            f"{path}: field 'schema_version': 1 was written by an older orchestrate (untyped"
+            " results, no input record); start over with `orchestrate init --force` (the old"
+            " file is kept as .bak)"
+        )
+    if version not in (None, STATE_SCHEMA_VERSION):
+        raise InputError(
+            f"{path}: field 'schema_version': unsupported version {version!r}"
+            f" (this orchestrate reads {STATE_SCHEMA_VERSION}); use the orchestrate that wrote it, or {fix}"
         )
     try:
         return TodoState.model_validate(document)

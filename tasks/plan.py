@@ -1,34 +1,28 @@
-"""Build the campaign (task specs, needs, report hook) from the configuration."""
+"""Build the campaign (task specs, needs, report hook) from the configuration and the units."""
 
 from __future__ import annotations
 
-from orchestrator.campaign import Campaign, TaskSpec
-from orchestrator.schema import Priority
-from tasks.command import command_action
+from orchestrator.campaign import Campaign, Need
 from tasks.findings import write_findings
 from tasks.session import Session
+from tasks.unit import PhaseUnit, enabled_units
 
 
-def build_campaign(session: Session) -> Campaign:
-    config = session.config
-    specs: list[TaskSpec] = []
-    for command in config.commands:
-        specs.append(TaskSpec(
-            id=command.id, content=command.content, kind="command",
-            action=command_action(session.host, command.run, command.timeout_s),
-            depends_on=tuple(command.depends_on), priority=Priority(command.priority),
-        ))
-    needs = {}
-    if config.campaign.phases:
-        from tasks.phases import phase_specs
-
-        phase_tasks, needs = phase_specs(session)
-        specs = phase_tasks + specs
+def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
+    enabled = enabled_units(units, session.config.campaign.phases)
+    session.enabled = frozenset(unit.name for unit in enabled)
+    specs = [spec for unit in enabled for spec in unit.specs(session, session.enabled)]
+    # Needs from every unit, enabled or not: a need is a lazy handle (nothing happens until a
+    # task asks for it), and a phase may need a resource another unit manages.
+    needs: dict[str, Need] = {}
+    for unit in units:
+        if unit.needs is not None:
+            needs |= unit.needs(session)
     return Campaign(
-        name=config.campaign.name,
+        name=session.config.campaign.name,
         tasks=specs,
         needs=needs,
         artifacts_dir=session.artifacts_dir,
-        report=lambda state: write_findings(session, state),
-        max_attempts=config.campaign.max_attempts,
+        report=lambda state: write_findings(session, state, enabled, {s.id: s for s in specs}),
+        max_attempts=session.config.campaign.max_attempts,
     )

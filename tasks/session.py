@@ -1,24 +1,27 @@
-"""What every phase shares: the config, where things live, and the (lazily connected) host."""
+"""What every phase shares: the config, where things live, the host (made by the caller)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.hosts.base import Host
-from orchestrator.hosts.local import LocalHost
-from tasks.config import CampaignConfig
-
-REMOTE_SCRIPTS = Path(__file__).parent / "remote"
 
 
 @dataclass
 class Session:
-    config: CampaignConfig
+    config: Any
+    """The campaign config: one attribute per unit section (see tasks/config.py)."""
     state_path: Path
     reports_dir: Path
+    host_factory: Callable[[], Host]
+    """Builds the transport on first use; the application chooses it (local or SSH)."""
+    enabled: frozenset[str] = frozenset()
+    """The names of the units this campaign runs (asked for, and what they require)."""
     _host: Host | None = field(default=None, repr=False)
-    _shipped: set[str] = field(default_factory=set, repr=False)
+    _shipped: set[Path] = field(default_factory=set, repr=False)
 
     @property
     def artifacts_dir(self) -> Path:
@@ -35,30 +38,24 @@ class Session:
 
     @property
     def python(self) -> str:
-        return self.config.host_python()
+        """The host's python with torch and vLLM; the embedded default uses our own."""
+        if self.config.host.python:
+            return self.config.host.python
+        import sys
+
+        return sys.executable if self.config.host.kind == "local" else "python3"
 
     def host(self) -> Host:
         if self._host is None:
-            if self.config.host.kind == "local":
-                self._host = LocalHost()
-            else:
-                from orchestrator.hosts.ssh import SSHHost, SSHTarget
-
-                cfg = self.config.host
-                alias = cfg.alias or cfg.hostname or ""
-                self._host = SSHHost(SSHTarget(
-                    alias=alias, hostname=cfg.hostname or alias, port=cfg.port, user=cfg.user,
-                    identity_files=[cfg.identity_file] if cfg.identity_file else [],
-                    known_hosts=cfg.known_hosts, ssh_config=cfg.ssh_config,
-                ))
+            self._host = self.host_factory()
         return self._host
 
-    def ship(self, script_name: str) -> str:
-        """Copy a script from tasks/remote/ to the host once per session; its host path."""
-        remote = f"{self.workdir}/scripts/{script_name}"
-        if script_name not in self._shipped:
-            self.host().put(REMOTE_SCRIPTS / script_name, remote)
-            self._shipped.add(script_name)
+    def ship(self, script: Path) -> str:
+        """Copy a unit's host script to the host once per session; its host path."""
+        remote = f"{self.workdir}/scripts/{script.name}"
+        if script not in self._shipped:
+            self.host().put(script, remote)
+            self._shipped.add(script)
         return remote
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """Run the real `orchestrate` CLI as a user would, in its own process."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "orchestrate", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 
 

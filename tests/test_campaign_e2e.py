@@ -84,7 +84,7 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
 
 def test_findings_agree_with_direct_count_over_traces(campaign: Path) -> None:
     state = load_state(campaign / "state" / "todo.json").by_id()
-    analysis = state["trace_analysis"].result
+    analysis = state["analysis_breakdown"].result
     manifest = state["profile_capture"].result
     folder = Path(manifest["folder"])
     for rank in analysis["ranks"]:
@@ -120,12 +120,12 @@ def test_truncated_trace_one_line_and_state_intact(campaign: Path, tmp_path: Pat
     trace = Path(manifest["folder"]) / manifest["ranks"]["0"]
     data = trace.read_bytes()
     trace.write_bytes(data[: len(data) // 2])
-    assert run_cli(["reset", "trace_analysis"], work).returncode == 0
+    assert run_cli(["reset", "analysis_breakdown"], work).returncode == 0
     # Only the analysis is left to run: its failure must not touch the server or the rest.
     result = run_cli(["resume"], work, timeout=600)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(trace) in lines[0] and "truncated" in lines[0]
     state = load_state(state_path).by_id()
-    assert state["trace_analysis"].status == "failed"
+    assert state["analysis_breakdown"].status == "failed"
     assert state["profile_capture"].status == "completed"

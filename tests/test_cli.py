@@ -34,7 +34,7 @@ def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp
     kills = 0
     completed_before: list[tuple[set[str], int]] = []
     while kills < 25:
-        process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+        process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(rng.uniform(0.05, 0.9))
         if process.poll() is not None:
@@ -61,7 +61,7 @@ def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp
 
 def test_second_resume_on_the_same_state_is_refused_with_holder_pid(tmp_path: Path) -> None:
     write_command_campaign(tmp_path, [("slow", "sleep 5", [])])
-    first = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+    first = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         lock = tmp_path / "state" / "todo.json.lock"
@@ -98,10 +98,17 @@ def test_unknown_schema_version_and_bad_field_are_named(tmp_path: Path) -> None:
     state.write_text(json.dumps({"schema_version": 9, "campaign": "x", "todos": []}))
     result = run_cli(["status"], tmp_path)
     assert result.returncode == 2 and "schema_version" in result.stderr and "9" in result.stderr
-    state.write_text(json.dumps({"schema_version": 1, "campaign": "x",
+    state.write_text(json.dumps({"schema_version": 2, "campaign": "x",
                                  "todos": [{"id": "a", "content": "c", "kind": "k", "status": "done"}]}))
     result = run_cli(["status"], tmp_path)
     assert result.returncode == 2 and "todos.0.status" in result.stderr
+    # A file of the previous schema (untyped results): one line with the way out, file untouched.
+    old = json.dumps({"schema_version": 1, "campaign": "x", "todos": []})
+    state.write_text(old)
+    result = run_cli(["status"], tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "older orchestrate" in result.stderr and "init --force" in result.stderr
+    assert state.read_text() == old
 
 
 def test_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -166,7 +173,7 @@ def test_schema_command_prints_json_schema(tmp_path: Path) -> None:
 def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> None:
     write_command_campaign(tmp_path, [("first", "true", []), ("slow", "sleep 30", ["first"]),
                                       ("last", "true", ["slow"])])
-    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state_path = tmp_path / "state" / "todo.json"
     for _ in range(200):

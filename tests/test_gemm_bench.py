@@ -16,7 +16,7 @@ def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
     shapes = [{"name": f"{dtype} layer", "m": 4, "k": 256, "n": 384, "dtype": dtype}
               for dtype in ("bf16", "w4a16", "fp8")]
     (tmp_path / "shapes.json").write_text(json.dumps(shapes))
-    out = subprocess.run([sys.executable, str(ROOT / "tasks/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
+    out = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
                           "--repeats", "3", "--group-size", "128", "--fp8-block", "128"],
                          capture_output=True, text=True, check=True, timeout=300).stdout
     document = json.loads(out)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError
-from tasks.gemm_shapes import derive_shapes
+from tasks.model.shapes import derive_shapes
 
 CONFIGS = Path(__file__).parent / "data" / "configs"
 

@@ -13,10 +13,10 @@ import numpy
 import pytest
 from sshd import free_port
 
-from tasks.metrics import percentile, summarize, tpot_s
+from tasks.macro.metrics import percentile, summarize, tpot_s
 
 ROOT = Path(__file__).resolve().parent.parent
-LOADGEN = ROOT / "tasks" / "remote" / "loadgen.py"
+LOADGEN = ROOT / "tasks" / "macro" / "remote" / "loadgen.py"
 
 
 @pytest.fixture

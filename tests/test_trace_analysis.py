@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError
-from tasks.trace_analysis import Classifier, analyze_ranks, analyze_trace
+from tasks.analysis.breakdown import Classifier, analyze_ranks, analyze_trace
 
 GPU_TRACE = Path(__file__).parent / "data" / "gpu_decode_trace.json.gz"
 DECODE = re.compile(r"execute_context_0\(0\)_generation_(\d+)\((\d+)\)")

@@ -1,4 +1,4 @@
-"""Phase 3a: a torch.profiler capture of decode steps through vLLM's own profiler endpoints.
+"""The `profile` phase's work: a torch.profiler capture of decode steps through vLLM's own profiler endpoints.
 
 The server was launched with `--profiler-config` from the start (one model load a campaign).
 Warmup, POST /start_profile, a batch of decode-heavy requests, POST /stop_profile (it blocks
@@ -10,18 +10,17 @@ resumes where it stopped.
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed
-from tasks.hostjson import run_json_script
-from tasks.macro import model_vocab
-from tasks.service import profiler_dir, served_name
+from tasks.host_json import run_json_script
+from tasks.macro.action import LOADGEN_SCRIPT, load_args
+from tasks.profile.results import CaptureLoad, CaptureManifest, PendingCapture
+from tasks.service.launch import profiler_dir
 from tasks.session import Session
 
 MANIFEST = "manifest.json"
@@ -65,34 +64,50 @@ def wait_complete(session: Session, names: list[str], deadline_s: float) -> None
             time.sleep(1)
 
 
+def safe_manifest(artifacts_dir: Path, settings: dict[str, int]) -> CaptureManifest | None:
+    """The manifest of an earlier complete capture with these settings whose files are all
+    here, whole (a capture made with other settings is not reused)."""
+    manifest_path = artifacts_dir / MANIFEST
+    if not manifest_path.exists():
+        return None
+    try:
+        manifest = CaptureManifest.model_validate_json(manifest_path.read_bytes())
+    except ValueError:
+        return None  # written by another version, or damaged: capture again
+    if any(getattr(manifest, key) != value for key, value in settings.items()):
+        return None
+    folder = Path(manifest.folder)
+    if all((folder / name).exists() and (folder / name).stat().st_size == size
+           for name, size in manifest.files.items()):
+        return manifest
+    return None
+
+
 def capture_action(session: Session):
-    def run(ctx: TaskContext) -> dict[str, Any]:
+    def run(ctx: TaskContext) -> CaptureManifest:
         local_dir = ctx.artifacts_dir / "traces"
-        manifest_path = ctx.artifacts_dir / MANIFEST
-        if manifest_path.exists():
-            manifest = json.loads(manifest_path.read_text())
-            if all((local_dir / name).exists() and (local_dir / name).stat().st_size == size
-                   for name, size in manifest["files"].items()):
-                ctx.log("traces already safe; not capturing again")
-                return manifest
         tp = session.config.service.tensor_parallel
         cfg = session.config.profile
+        settings = {"requests": cfg.requests, "output_tokens": cfg.output_tokens,
+                    "input_tokens": session.config.macro.input_tokens}
+        manifest = safe_manifest(ctx.artifacts_dir, settings)
+        if manifest is not None:
+            ctx.log("traces already safe; not capturing again")
+            return manifest
         pending_path = ctx.artifacts_dir / "pending_capture.json"
         if pending_path.exists():
             # An earlier attempt captured but died while fetching: fetch those, don't re-capture.
-            chosen = json.loads(pending_path.read_text())
+            chosen = PendingCapture.model_validate_json(pending_path.read_bytes())
         else:
             chosen = capture_on_host(session, ctx, tp, cfg)
-            write_atomic(pending_path, json.dumps(chosen).encode())
+            write_atomic(pending_path, chosen.model_dump_json().encode())
         files = {}
-        for _, name in sorted(chosen["ranks"].items(), key=lambda item: int(item[0])):
+        for _, name in sorted(chosen.ranks.items(), key=lambda item: int(item[0])):
             session.host().get(f"{profiler_dir(session)}/{name}", local_dir / name)
             files[name] = (local_dir / name).stat().st_size
-        manifest = {"files": files, "ranks": chosen["ranks"], "stop_profile_s": chosen["stop_profile_s"],
-                    "requests": cfg.requests, "output_tokens": cfg.output_tokens,
-                    "input_tokens": session.config.macro.input_tokens,
-                    "folder": str(local_dir), "load": chosen.get("load")}
-        write_atomic(manifest_path, json.dumps(manifest, indent=1).encode())
+        manifest = CaptureManifest(files=files, ranks=chosen.ranks, stop_profile_s=chosen.stop_profile_s,
+                                   folder=str(local_dir), load=chosen.load, **settings)
+        write_atomic(ctx.artifacts_dir / MANIFEST, manifest.model_dump_json(indent=1).encode())
         pending_path.unlink(missing_ok=True)
         ctx.log(f"fetched {len(files)} rank traces, {sum(files.values()) / 1e6:.1f} MB")
         return manifest
@@ -100,15 +115,13 @@ def capture_action(session: Session):
     return run
 
 
-def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> dict[str, Any]:  # noqa: ANN001
+def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> PendingCapture:  # noqa: ANN001
     host = session.host()
     port = session.config.service.port
     before = set(list_traces(session))
-    common = ["--port", str(port), "--model", served_name(session),
-              "--input-tokens", str(session.config.macro.input_tokens),
-              "--output-tokens", str(cfg.output_tokens), "--vocab", str(model_vocab(ctx))]
+    common = load_args(session, ctx, session.config.macro.input_tokens, cfg.output_tokens)
     if cfg.warmup_requests:
-        run_json_script(session, "loadgen.py", common + ["--requests", str(cfg.warmup_requests),
+        run_json_script(session, LOADGEN_SCRIPT, common + ["--requests", str(cfg.warmup_requests),
                                                          "--warmup", "0"], timeout_s=1800)
     status, body = host.http_post(port, "/start_profile", timeout_s=120)
     if status == 404:
@@ -117,7 +130,7 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> dict[st
     if status != 200:
         raise TaskFailed(f"POST /start_profile answered {status}: {body[:300]}")
     try:
-        load = run_json_script(session, "loadgen.py",
+        load = run_json_script(session, LOADGEN_SCRIPT,
                                common + ["--requests", str(cfg.requests), "--concurrency", "1",
                                          "--warmup", "0"], timeout_s=3600)
     finally:
@@ -137,11 +150,6 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> dict[st
             raise TaskFailed(f"only ranks {sorted(ranks)} of {tp} wrote a trace in {profiler_dir(session)}")
         time.sleep(1)
     wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
-    summary = {"requests": len(load["requests"]), "duration_s": load["duration_s"]}
-    return {"ranks": {str(rank): name for rank, name in ranks.items()}, "stop_profile_s": round(stop_s, 2),
-            "load": summary}
-
-
-def trace_paths(manifest: dict[str, Any]) -> dict[int, Path]:
-    folder = Path(manifest["folder"])
-    return {int(rank): folder / name for rank, name in manifest["ranks"].items()}
+    return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
+                          stop_profile_s=round(stop_s, 2),
+                          load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"]))

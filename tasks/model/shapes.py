@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.errors import InputError
+from tasks.unit import Result
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,50 @@ def quantized_dtype(config: dict[str, Any]) -> tuple[str, int | None]:
     return "bf16", None
 
 
+class LayerShape(Result):
+    """One GEMM of a layer per rank, independent of the batch: (M x K) @ (K x N)."""
+
+    name: str
+    k: int
+    n: int
+    dtype: Literal["bf16", "w4a16", "fp8"]
+    parallel: Literal["replicated", "column", "row"]
+    count_per_layer: float
+    tokens_share: float = 1.0
+    """Share of the batch's tokens each call sees (routed experts: top_k / experts)."""
+
+
+class ModelShapes(Result):
+    family: Literal["deepseek_v3", "mixtral", "llama"]
+    tensor_parallel: int
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    weight_dtype: Literal["bf16", "w4a16", "fp8"]
+    group_size: int | None
+    allreduces_per_step: int
+    """2 a layer (attention o_proj, MLP/MoE down) + 1 (vocab-parallel embedding); 0 at TP=1."""
+    layers: list[LayerShape]
+
+    def gemm_rows(self, batch_sizes: list[int]) -> list[dict[str, Any]]:
+        """The GEMMs of one decode step at each batch size, as rows for the GEMM bench."""
+        rows = []
+        for m in batch_sizes:
+            for layer in self.layers:
+                rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
+                rows.append(GemmShape(layer.name, rows_m, layer.k, layer.n, layer.dtype, layer.parallel,
+                                      layer.count_per_layer).as_row())
+        return rows
+
+
 def derive_shapes(config: dict[str, Any], tp: int, batch_sizes: list[int],
                   source: str = "config.json") -> dict[str, Any]:
+    """The old flat form (family, ..., shapes at each batch size), for scripts and tests."""
+    model = model_shapes(config, tp, source)
+    return {**model.model_dump(exclude={"layers"}), "shapes": model.gemm_rows(batch_sizes)}
+
+
+def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -> ModelShapes:
     reader = ConfigReader(config, source)
     model_type = str(reader.get("model_type", ""))
     weight_dtype, group = quantized_dtype(config)
@@ -95,16 +138,12 @@ def derive_shapes(config: dict[str, Any], tp: int, batch_sizes: list[int],
     layers = int(reader.need("num_hidden_layers"))
     lm_head = ("lm_head", hidden, split(vocab, tp, "vocab_size", source) if vocab % tp == 0 else math.ceil(vocab / tp),
                "bf16", "column", 1.0)
-    rows = []
-    for m in batch_sizes:
-        for name, k, n, dtype, parallel, count, *scale in per_layer + [lm_head]:
-            rows_m = m
-            if scale:
-                rows_m = max(1, math.ceil(m * scale[0]))
-            rows.append(GemmShape(name, rows_m, int(k), int(n), dtype, parallel, count).as_row())
-    return {"family": family, "tensor_parallel": tp, "num_layers": layers, "hidden_size": hidden,
-            "weight_dtype": weight_dtype, "group_size": group, "shapes": rows,
-            "allreduces_per_step": 2 * layers + 1}
+    shapes = [LayerShape(name=name, k=int(k), n=int(n), dtype=dtype, parallel=parallel,
+                         count_per_layer=count, tokens_share=scale[0] if scale else 1.0)
+              for name, k, n, dtype, parallel, count, *scale in per_layer + [lm_head]]
+    return ModelShapes(family=family, tensor_parallel=tp, num_layers=layers, hidden_size=hidden,
+                       vocab_size=vocab, weight_dtype=weight_dtype, group_size=group,
+                       allreduces_per_step=2 * layers + 1 if tp > 1 else 0, layers=shapes)
 
 
 def _gqa(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:

@@ -1,4 +1,4 @@
-"""Phase 3b: where decode time goes, per rank, read from profiler traces.
+"""The `analysis` phase's work: where decode time goes, per rank, read from profiler traces.
 
 Traces (gzipped or plain Chrome/Kineto JSON) are streamed into numpy columns by
 `trace_reader` (typed msgspec decode a block at a time: no per-event dicts, no `args`). GPU traces count device
@@ -21,15 +21,18 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InputError
-from tasks.trace_reader import read_columns
+from tasks.analysis.trace_reader import read_columns
 
-RULES_PATH = Path(__file__).with_name("trace_rules.toml")
+RULES_PATH = Path(__file__).with_name("rules.toml")
 STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
-CATEGORIES = ("communication", "gemm", "attention", "moe", "norm_elementwise", "sampling", "memcpy", "other")
+OTHER = "other"
 
 
 class Classifier:
-    """Name -> category by the first matching rule; cached, since names repeat a million times."""
+    """Name -> category by the first matching rule; cached, since names repeat a million times.
+
+    The rules file is the one place categories are declared: ``categories`` is its categories
+    in file order, then "other" for names no rule matches."""
 
     def __init__(self, rules_path: Path = RULES_PATH) -> None:
         try:
@@ -38,11 +41,12 @@ class Classifier:
         except (KeyError, TypeError, tomllib.TOMLDecodeError, re.error) as err:
             raise InputError(f"{rules_path}: bad rules file ({err}); each [[rule]] needs category and patterns") from None
         self.cache: dict[str, str] = {}
+        self.categories = tuple(dict.fromkeys([category for category, _ in self.rules] + [OTHER]))
 
     def __call__(self, name: str) -> str:
         category = self.cache.get(name)
         if category is None:
-            category = next((cat for cat, pattern in self.rules if pattern.search(name)), "other")
+            category = next((cat for cat, pattern in self.rules if pattern.search(name)), OTHER)
             self.cache[name] = category
         return category
 
@@ -93,19 +97,18 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     device_us = sum(category_us.values())
     # Medians beside the means: a heavy tail (a CPU all-reduce waiting for a descheduled rank,
     # a kernel queued behind another) shows as a mean far above the typical call.
-    category_index = {category: i for i, category in enumerate(CATEGORIES)}
-    event_category = np.array([category_index.get(c, -1) for c in category_of_name] or [-1])[name_ids]
+    category_index = {category: i for i, category in enumerate(classify.categories)}
+    event_category = np.array([category_index[c] for c in category_of_name] or [-1])[name_ids]
     categories = {}
-    for category in CATEGORIES:
-        if category in category_calls:
-            total_us, calls = category_us[category], category_calls[category]
-            categories[category] = {
-                "calls_per_step": calls / per_step,
-                "mean_us_per_call": total_us / calls,
-                "p50_us_per_call": float(np.median(dur[event_category == category_index[category]])),
-                "ms_per_step": total_us / 1000 / per_step,
-                "share_pct": total_us / device_us * 100 if device_us else 0.0,
-            }
+    for category in classify.categories:  # every declared category, so the table is complete
+        total_us, calls = category_us.get(category, 0.0), category_calls.get(category, 0)
+        categories[category] = {
+            "calls_per_step": calls / per_step,
+            "mean_us_per_call": total_us / calls if calls else None,
+            "p50_us_per_call": float(np.median(dur[event_category == category_index[category]])) if calls else None,
+            "ms_per_step": total_us / 1000 / per_step,
+            "share_pct": total_us / device_us * 100 if device_us else 0.0,
+        }
     comm_name = np.array([category == "communication" for category in category_of_name] or [False], dtype=bool)
     is_comm = comm_name[name_ids]
     comm_per_step = np.bincount(step_of[is_comm], minlength=len(steps))[decode]
@@ -127,7 +130,7 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
                          "p50_us_per_call": float(np.median(dur[name_ids == i]))}
                         for i in top if name_calls[i]],
         "unmatched_names": [columns.names[i] for i in np.argsort(-name_calls)
-                            if name_calls[i] and category_of_name[i] == "other"][:20],
+                            if name_calls[i] and category_of_name[i] == OTHER][:20],
         "trace": str(path),
     }
 
@@ -140,7 +143,7 @@ def _cpu_ops(columns, classify: Classifier) -> tuple[np.ndarray, ...]:  # noqa: 
     Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
     their thread, for the union of busy time."""
     ts, dur, names = columns.arrays("cpu")
-    matched_name = np.array([classify(name) != "other" for name in columns.names] or [False], dtype=bool)
+    matched_name = np.array([classify(name) != OTHER for name in columns.names] or [False], dtype=bool)
     matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
     counted = np.zeros(len(ts))
     busy = np.zeros(len(ts))

@@ -1,4 +1,4 @@
-"""The vLLM service lifecycle on the host: adopt or launch, follow the load, stop.
+"""The vLLM server's lifecycle on the host: adopt or launch, follow the load, stop.
 
 Two needs for the engine: ``service`` (the server answers with our model) and
 ``accelerators_free`` (no server of ours holds the GPUs/cores). They conflict, and the
@@ -16,96 +16,14 @@ from typing import Any
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.campaign import TaskContext
-from orchestrator.errors import InputError, TaskFailed, tail_lines
+from orchestrator.errors import TaskFailed, tail_lines
 from orchestrator.retry import poll_policy
+from tasks.host import HostFacts
+from tasks.service.launch import launch_plan, profiler_dir, served_name, service_pid_path
+from tasks.service.vllm_log import LoadProgress
 from tasks.session import Session
-from tasks.vllm_log import LoadProgress
 
 LOG_TAIL_LINES = 40
-
-
-def model_path(session: Session) -> str:
-    return session.config.service.model or f"{session.workdir}/models/tiny-llama"
-
-
-def served_name(session: Session) -> str:
-    return session.config.service.served_model_name or model_path(session)
-
-
-def profiler_dir(session: Session) -> str:
-    return f"{session.workdir}/traces"
-
-
-def uses_profiler(session: Session) -> bool:
-    return "profile" in session.config.campaign.phases
-
-
-@dataclass
-class LaunchPlan:
-    argv: list[str]
-    env: dict[str, str]
-    launcher: str
-
-
-def detect_accelerator(session: Session) -> str:
-    if session.config.host.accelerator != "auto":
-        return session.config.host.accelerator
-    found = session.host().run("command -v nvidia-smi >/dev/null && nvidia-smi -L", check=False,
-                               timeout_s=30)
-    return "cuda" if found.exit_code == 0 and "GPU" in found.stdout else "cpu"
-
-
-def service_pid_path(session: Session) -> str:
-    """Where the pid of the server we launched is kept on the host (its process group id)."""
-    return f"{session.workdir}/service/vllm.pid"
-
-
-def cpu_thread_binding(cores: int, ranks: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND: the cores split evenly between ranks, e.g. '0|1' or '0-3|4-7'."""
-    per_rank = max(1, cores // ranks)
-    groups = []
-    for rank in range(ranks):
-        first = (rank * per_rank) % cores
-        last = min(first + per_rank - 1, cores - 1)
-        groups.append(str(first) if first == last else f"{first}-{last}")
-    return "|".join(groups)
-
-
-def launch_plan(session: Session) -> LaunchPlan:
-    cfg = session.config.service
-    model = model_path(session)
-    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": profiler_dir(session),
-                           "torch_profiler_with_stack": False})
-    launcher = cfg.launcher
-    if cfg.command:
-        values = {"model": model, "port": str(cfg.port), "tp": str(cfg.tensor_parallel),
-                  "profiler_config": profiler, "python": session.python}
-        try:
-            argv = [part.format(**values) for part in cfg.command]
-        except KeyError as err:
-            raise InputError(f"service.command: unknown placeholder {err}; use {{model}} {{port}}"
-                             " {tp} {profiler_config} {python}") from None
-        return LaunchPlan(argv + cfg.extra_args, dict(cfg.env), "custom")
-    if launcher == "auto":
-        launcher = "vllm-serve" if detect_accelerator(session) == "cuda" else "vllm-cpu"
-    common = ["--port", str(cfg.port), "--tensor-parallel-size", str(cfg.tensor_parallel),
-              "--max-model-len", str(cfg.max_model_len)]
-    if cfg.served_model_name:
-        common += ["--served-model-name", cfg.served_model_name]
-    if uses_profiler(session):
-        common += ["--profiler-config", profiler]
-    env = {"HF_HUB_OFFLINE": "1"}
-    if launcher == "vllm-cpu":
-        # The `vllm` console script fails under the vllm-cpu distribution; the module works.
-        argv = [session.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-                "--dtype", "bfloat16", *common]
-        cores = int(session.host().run("nproc", timeout_s=30).stdout.strip() or 1)
-        env |= {"VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(cores, cfg.tensor_parallel)}
-    else:
-        argv = ["vllm", "serve", model, *common]
-    env |= cfg.env
-    return LaunchPlan(argv + cfg.extra_args, env, launcher)
 
 
 @dataclass
@@ -180,7 +98,7 @@ class ServiceLifecycle:
                     " by a process we did not launch and that is not a healthy vLLM; stop it or"
                     " set service.port"
                 )
-            plan = launch_plan(self.session)
+            plan = launch_plan(self.session, ctx.result_of("host_facts", HostFacts))
             host = self.session.host()
             host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session))}", timeout_s=30)
             pid = host.start_detached(plan.argv, self.log_path, self.pid_path, env=plan.env)
@@ -313,12 +231,3 @@ class AcceleratorsFreeNeed:
 
     def finish(self) -> None:
         return None
-
-
-def service_ready_action(ctx: TaskContext) -> dict[str, Any]:
-    """The readiness figures the `service` need gathered while launching or adopting."""
-    facts = dict(ctx.facts["service"])
-    seen = facts.pop("health_seen_monotonic", None)
-    if seen is not None:
-        facts["health_to_task_done_s"] = round(time.monotonic() - seen, 3)
-    return facts

@@ -1,0 +1,5 @@
+import sys
+
+from orchestrate.main import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""`orchestrate`: the engine's CLI over the registered phase units.
+
+Exit codes: 0 done; 1 a task failed (`resume` retries it); 2 bad input (config, state file,
+trace, arguments); 3 the state is locked by another orchestrate; 4 the host could not be
+reached or refused us; 130 interrupted (state saved).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator import cli
+from orchestrator.hosts.base import Host
+from tasks.config import load_config
+from tasks.plan import build_campaign
+from tasks.session import Session
+from tasks.unit import PhaseUnit
+
+
+def host_for(config: Any) -> Host:
+    """The transport the config asks for: this machine, or SSH (paramiko, known hosts only)."""
+    if config.host.kind == "local":
+        from orchestrator.hosts.local import LocalHost
+
+        return LocalHost()
+    from orchestrator.hosts.ssh import SSHHost, SSHTarget
+
+    cfg = config.host
+    alias = cfg.alias or cfg.hostname or ""
+    return SSHHost(SSHTarget(
+        alias=alias, hostname=cfg.hostname or alias, port=cfg.port, user=cfg.user,
+        identity_files=[cfg.identity_file] if cfg.identity_file else [],
+        known_hosts=cfg.known_hosts, ssh_config=cfg.ssh_config,
+    ))
+
+
+def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:
+    def open_campaign(config_path: Path | None, state_path: Path, reports_dir: Path) -> cli.OpenedCampaign:
+        config, source = load_config(config_path, units)
+        session = Session(config=config, state_path=state_path, reports_dir=reports_dir,
+                          host_factory=lambda: host_for(config))
+        return cli.OpenedCampaign(build_campaign(session, units), source, session.close)
+
+    return open_campaign
+
+
+def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) -> int:
+    if units is None:
+        from tasks.registry import UNITS
+
+        units = UNITS
+    return cli.main(argv, opener(units))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The `allreduce` unit: all-reduce across the TP ranks at decode sizes, with the server stopped."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from orchestrator.campaign import TaskSpec
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Section
+
+
+class AllreduceSection(Section):
+    decode_tokens: list[int] = Field(default_factory=lambda: [1, 8, 32])
+    sweep_min_bytes: int = Field(1024, ge=4)
+    sweep_max_bytes: int = Field(4 << 20, ge=4)
+    iterations: int = Field(50, ge=3)
+    nccl_variants: bool = True
+
+    @model_validator(mode="after")
+    def _sweep_in_order(self) -> AllreduceSection:
+        if self.sweep_min_bytes > self.sweep_max_bytes:
+            raise ValueError("sweep_min_bytes is above sweep_max_bytes; swap them")
+        return self
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    from tasks.allreduce.action import allreduce_action
+    from tasks.allreduce.results import AllreduceResult
+
+    return [TaskSpec("allreduce_bench", "Benchmark all-reduce across the TP ranks at decode sizes",
+                     "allreduce", allreduce_action(session), depends_on=("host_facts", "model_facts"),
+                     needs=("accelerators_free",), result_model=AllreduceResult,
+                     inputs={"allreduce": session.config.allreduce.model_dump()})]
+
+
+def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+    from tasks.allreduce.section import allreduce_section
+
+    return allreduce_section(findings)
+
+
+UNIT = PhaseUnit(name="allreduce", specs=_specs, config=AllreduceSection, requires=("host", "model"),
+                 section=_section)

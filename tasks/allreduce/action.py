@@ -1,0 +1,85 @@
+"""The `allreduce` phase's work: all-reduces across the TP ranks at the decode message sizes
+plus a power-of-two sweep, and the per-decode-step prediction (all-reduces a step x latency)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from orchestrator.atomic import write_atomic
+from orchestrator.campaign import TaskContext
+from tasks.allreduce.results import AllreduceResult, AllreduceRun, Prediction
+from tasks.host import HostFacts
+from tasks.host_json import run_json_script
+from tasks.model import ModelFacts
+from tasks.session import Session
+
+ALLREDUCE_SCRIPT = Path(__file__).parent / "remote" / "allreduce_bench.py"
+BF16_BYTES = 2
+
+
+def message_sizes(hidden: int, decode_tokens: list[int], low: int, high: int) -> tuple[list[int], list[int]]:
+    model = sorted({tokens * hidden * BF16_BYTES for tokens in decode_tokens})
+    sweep, size = [], low
+    while size <= high:
+        sweep.append(size)
+        size *= 2
+    return model, sorted(set(model) | set(sweep))
+
+
+def allreduce_action(session: Session):
+    def run(ctx: TaskContext) -> AllreduceResult:
+        shapes = ctx.result_of("model_facts", ModelFacts).require_shapes()
+        host = ctx.result_of("host_facts", HostFacts)
+        cfg = session.config.allreduce
+        tp = session.config.service.tensor_parallel
+        model_sizes, sizes = message_sizes(shapes.hidden_size, cfg.decode_tokens,
+                                           cfg.sweep_min_bytes, cfg.sweep_max_bytes)
+        variants: list[dict[str, str]] = [{}]
+        if host.accelerator == "cuda" and cfg.nccl_variants:
+            variants += [{"NCCL_ALGO": algo, "NCCL_PROTO": proto}
+                         for algo in ("Ring", "Tree") for proto in ("LL", "LL128", "Simple")]
+        runs: list[AllreduceRun] = []
+        for index, env in enumerate(variants):
+            launcher = [session.python, "-m", "torch.distributed.run", "--nproc-per-node", str(tp),
+                        "--master-port", str(29400 + index)]
+            try:
+                document = run_json_script(
+                    session, ALLREDUCE_SCRIPT,
+                    ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)],
+                    timeout_s=1800, env={"OMP_NUM_THREADS": "1", **env}, launcher=launcher)
+            except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
+                if not env:
+                    raise
+                runs.append(AllreduceRun(env=env, error=str(err)[:300]))
+                continue
+            result = AllreduceRun.model_validate({**document, "env": env})
+            runs.append(result)
+            ctx.log(f"{result.backend} {shlex.join(f'{k}={v}' for k, v in env.items()) or 'default'}:"
+                    f" {len(result.rows)} sizes")
+        default = runs[0]
+        # Predict with the path the server takes: on CPU that is vLLM's shared-memory all-reduce
+        # where the host has it, not gloo.
+        if default.vllm_shm_rows:
+            predicted_by = "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"
+            by_size = {row.bytes: row for row in default.vllm_shm_rows}
+        else:
+            predicted_by = f"torch.distributed {default.backend}"
+            by_size = {row.bytes: row for row in default.rows}
+        per_step = shapes.allreduces_per_step
+        predictions = [Prediction(decode_tokens=tokens, bytes=size, latency_us=by_size[size].latency_us,
+                                  allreduces_per_step=per_step,
+                                  predicted_ms_per_step=per_step * by_size[size].latency_us / 1000)
+                       for tokens, size in zip(sorted(cfg.decode_tokens), model_sizes, strict=False)
+                       if size in by_size]
+        artifact = ctx.artifacts_dir / "allreduce.json"
+        write_atomic(artifact, json.dumps([r.model_dump(mode="json") for r in runs], indent=1).encode())
+        return AllreduceResult(backend=default.backend or "?", world_size=default.world_size or tp,
+                               model_sizes_bytes=model_sizes, runs=runs, predictions=predictions,
+                               predicted_by=predicted_by,
+                               allreduces_per_step_source="2 per layer (attention o_proj, MLP/MoE down)"
+                                                          " + 1 (vocab-parallel embedding), from config.json",
+                               artifact=str(artifact))
+
+    return run

@@ -1,0 +1,53 @@
+"""Typed results of the `allreduce` phase: all-reduce latency across the TP ranks, and the
+decode-step prediction made from it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.unit import Result
+
+
+class AllreduceRow(Result):
+    bytes: int
+    latency_us: float
+    algbw_gbps: float
+    busbw_gbps: float = Field(description="algbw x 2(n-1)/n, as nccl-tests")
+    per_rank_latency_us: list[float] = Field(default_factory=list)
+
+
+class AllreduceRun(Result):
+    """One launch of the bench: the default, or a forced NCCL variant (which may fail)."""
+
+    env: dict[str, str]
+    error: str | None = None
+    backend: str | None = None
+    world_size: int | None = None
+    dtype: str | None = None
+    iterations: int | None = None
+    repeats: int | None = None
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
+    torch: str | None = None
+    rows: list[AllreduceRow] = Field(default_factory=list)
+    vllm_shm_rows: list[AllreduceRow] | None = None
+    vllm_shm_unavailable: str | None = None
+
+
+class Prediction(Result):
+    decode_tokens: int
+    bytes: int
+    latency_us: float
+    allreduces_per_step: int
+    predicted_ms_per_step: float
+
+
+class AllreduceResult(Result):
+    backend: str
+    world_size: int
+    model_sizes_bytes: list[int]
+    runs: list[AllreduceRun]
+    predictions: list[Prediction]
+    predicted_by: str
+    allreduces_per_step_source: str
+    artifact: str

@@ -1,0 +1,48 @@
+"""The `allreduce` phase's part of the findings: latency by size, vLLM's own CPU path, NCCL
+variants, and the decode-step prediction."""
+
+from __future__ import annotations
+
+from orchestrator.report import md_table
+from tasks.allreduce.results import AllreduceResult
+from tasks.findings import Findings, fmt
+
+
+def allreduce_section(findings: Findings) -> str:
+    allreduce = findings.result("allreduce_bench", AllreduceResult)
+    if not allreduce:
+        return ""
+    default = allreduce.runs[0]
+    text = ("## Phase 2b: all-reduce microbenchmarks at decode sizes\n\n"
+            f"All-reduce across {allreduce.world_size} ranks ({allreduce.backend}, torch.distributed"
+            f" loop; busbw = algbw x 2(n-1)/n). Source: {findings.link(allreduce.artifact)}.\n\n")
+    text += md_table(["bytes", "latency µs", "algbw GB/s", "busbw GB/s"],
+                     [[r.bytes, fmt(r.latency_us, 1), fmt(r.algbw_gbps, 3), fmt(r.busbw_gbps, 3)]
+                      for r in default.rows])
+    if default.vllm_shm_rows:
+        gloo = {r.bytes: r.latency_us for r in default.rows}
+        text += ("\nThe same sizes through vLLM's own CPU all-reduce (`_C::shm_allreduce`, shared memory,"
+                 " set up as vLLM's CpuCommunicator does and checked for a correct sum), the path the"
+                 " server takes:\n\n")
+        text += md_table(["bytes", "latency µs", "busbw GB/s", "gloo / shm"],
+                         [[r.bytes, fmt(r.latency_us, 1), fmt(r.busbw_gbps, 3),
+                           fmt(gloo[r.bytes] / r.latency_us, 1) + "x" if r.bytes in gloo else "-"]
+                          for r in default.vllm_shm_rows])
+    if len(allreduce.runs) > 1:
+        rows = []
+        for run in allreduce.runs[1:]:
+            label = " ".join(f"{k}={v}" for k, v in run.env.items())
+            if run.error:
+                rows.append([label, "failed: " + run.error[:80], ""])
+                continue
+            by_size = {r.bytes: r for r in run.rows}
+            rows += [[label, size, fmt(by_size[size].latency_us, 1)]
+                     for size in allreduce.model_sizes_bytes if size in by_size]
+        text += "\nNCCL variants at the decode sizes:\n\n" + md_table(["variant", "bytes", "latency µs"], rows)
+    if allreduce.predictions:
+        text += ("\nPredicted all-reduce time a decode step (" + allreduce.allreduces_per_step_source
+                 + f"; latency from {allreduce.predicted_by}):\n\n"
+                 + md_table(["decode tokens", "bytes", "latency µs", "calls a step", "ms a step"],
+                            [[p.decode_tokens, p.bytes, fmt(p.latency_us, 1), p.allreduces_per_step,
+                              fmt(p.predicted_ms_per_step, 3)] for p in allreduce.predictions]))
+    return text

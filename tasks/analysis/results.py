@@ -1,0 +1,58 @@
+"""Typed results of the `analysis` phase: the decode-step breakdown per rank."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.unit import Result
+
+
+class CategoryFigures(Result):
+    calls_per_step: float
+    mean_us_per_call: float | None = Field(description="None when the category had no calls")
+    p50_us_per_call: float | None
+    ms_per_step: float
+    share_pct: float
+
+
+class KernelFigures(Result):
+    name: str
+    category: str
+    ms_per_step: float
+    calls_per_step: float
+    mean_us_per_call: float
+    p50_us_per_call: float
+
+
+class RankBreakdown(Result):
+    rank: int
+    kind: str = Field(description="'gpu' (device events) or 'cpu' (CPU ops)")
+    decode_steps: int
+    prefill_steps: int
+    device_ms_per_step: float
+    busy_union_ms_per_step: float
+    wall_ms_per_step: float
+    categories: dict[str, CategoryFigures] = Field(
+        description="every category of the rules file, in its order, then 'other'")
+    communication_calls_per_step: dict[int, int] = Field(description="calls in a step -> steps")
+    communication_by_name_per_step: dict[str, float]
+    top_kernels: list[KernelFigures]
+    unmatched_names: list[str]
+    trace: str
+
+    def dominant_category(self) -> str | None:
+        busy = {name: c.share_pct for name, c in self.categories.items() if c.calls_per_step}
+        return max(busy, key=busy.__getitem__) if busy else None
+
+
+class Imbalance(Result):
+    device_ms_per_step_min: float
+    device_ms_per_step_max: float
+    max_over_min: float | None
+    communication_share_pct_by_rank: list[float]
+
+
+class Breakdown(Result):
+    ranks: list[RankBreakdown]
+    imbalance: Imbalance
+    artifact: str

@@ -1,0 +1,73 @@
+"""The `analysis` phase's part of the findings: the per-rank breakdown tables and plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.report import md_table
+from tasks.analysis.results import Breakdown
+from tasks.findings import Findings, fmt
+from tasks.profile.results import CaptureManifest
+
+
+def breakdown_section(findings: Findings) -> str:
+    analysis = findings.result("analysis_breakdown", Breakdown)
+    if not analysis:
+        return ""
+    capture = findings.result("profile_capture", CaptureManifest)
+    text = "## Decode-step breakdown (profiler traces)\n\n"
+    if capture:
+        text += (f"{capture.requests} requests of {capture.output_tokens} output tokens captured with"
+                 f" torch.profiler through vLLM (`/stop_profile` took {fmt(capture.stop_profile_s, 1)} s). ")
+    text += ("Decode steps are vLLM's step annotations with no prefill tokens. On GPU traces device work is"
+             " every kernel/memcpy/memset; on CPU traces it is every CPU op matched by a rule in"
+             " `tasks/analysis/rules.toml` (outermost only). Share = category time / sum of device work;"
+             " every category of the rules file is listed, so shares sum to 100."
+             f" Source: {findings.link(analysis.artifact)}.\n\n")
+    for rank in analysis.ranks:
+        text += (f"### Rank {rank.rank} ({rank.kind}): {rank.decode_steps} decode steps\n\n"
+                 f"Sum of device work {rank.device_ms_per_step:.3f} ms a step; union of busy time"
+                 f" {rank.busy_union_ms_per_step:.3f} ms; wall step time {rank.wall_ms_per_step:.3f} ms"
+                 " (a sum above the union means overlap across streams; wall above the union is idle"
+                 f" or unattributed host time). Trace: {findings.link(rank.trace, Path(rank.trace).name)}.\n\n")
+        text += md_table(["category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step", "share %"],
+                         [[name, fmt(c.calls_per_step, 1), fmt(c.mean_us_per_call, 1),
+                           fmt(c.p50_us_per_call, 1), fmt(c.ms_per_step, 3), fmt(c.share_pct, 1)]
+                          for name, c in rank.categories.items()])
+        text += ("\nTop kernels/ops (a mean far above the p50 is a heavy tail: calls that waited, e.g. a"
+                 " collective for a late rank):\n\n") + md_table(
+            ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
+            [[k.name[:90], k.category, fmt(k.calls_per_step, 1), fmt(k.mean_us_per_call, 1),
+              fmt(k.p50_us_per_call, 1), fmt(k.ms_per_step, 3)] for k in rank.top_kernels[:10]])
+        if rank.unmatched_names:
+            text += "\nUnmatched names (counted as other; extend the rules): " + ", ".join(
+                f"`{n[:60]}`" for n in rank.unmatched_names[:10]) + "\n"
+        text += "\n"
+    imbalance = analysis.imbalance
+    text += (f"Rank imbalance: device work a step from {imbalance.device_ms_per_step_min:.3f} to"
+             f" {imbalance.device_ms_per_step_max:.3f} ms; communication share by rank "
+             + ", ".join(f"{v:.1f}%" for v in imbalance.communication_share_pct_by_rank)
+             + " (a rank that waits longer inside the collective shows a larger share).\n")
+    text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
+    return text
+
+
+def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(analysis.ranks)))
+    for index, rank in enumerate(analysis.ranks):
+        left = 0.0
+        for category, values in rank.categories.items():
+            ax.barh(index, values.ms_per_step, left=left, label=category if index == 0 else None)
+            left += values.ms_per_step
+    ax.set(yticks=range(len(analysis.ranks)), yticklabels=[f"rank {r.rank}" for r in analysis.ranks],
+           xlabel="ms a decode step", title="Decode-step device time by category")
+    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.15))
+    fig.tight_layout()
+    fig.savefig(folder / "breakdown.png", dpi=100)
+    plt.close(fig)
+    return "breakdown.png"

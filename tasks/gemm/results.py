@@ -1,0 +1,51 @@
+"""Typed results of the `gemm` phase: each decode GEMM per rank, timed on the host."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.unit import Result
+
+
+class GemmInfo(Result):
+    device: str
+    torch: str
+    device_name: str
+    threads: int
+
+
+class GemmRow(Result):
+    """One shape in one format; timed, or skipped with the reason."""
+
+    name: str
+    m: int
+    k: int
+    n: int
+    dtype: str
+    parallel: str
+    count_per_layer: float
+    device: str
+    rotated_copies: int
+    skipped: str | None = None
+    kernel: str | None = None
+    group_size: int | None = None
+    fp8_block: int | None = None
+    fp8_finer_scaling_failed: list[str] | None = None
+    relative_error_vs_bf16_reference: float | None = None
+    timing: str | None = None
+    graph_error: str | None = None
+    us: float | None = None
+    tflops: float | None = None
+    gbps: float | None = None
+    bytes_moved: int | None = None
+    pct_of_copy_ceiling: float | None = None
+    eager_us: float | None = None
+    do_bench_us: float | None = None
+    do_bench_cudagraph_us: float | None = None
+
+
+class GemmResult(Result):
+    info: GemmInfo
+    copy_ceiling_gbps: float = Field(description="a large device-to-device copy, read + write")
+    rows: list[GemmRow]
+    artifact: str

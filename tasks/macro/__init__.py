@@ -1,0 +1,47 @@
+"""The `macro` unit: what users feel. Single-stream TPOT, then a concurrency sweep, measured by
+a load client on the host beside the server and cross-checked against vLLM's own /metrics."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orchestrator.campaign import TaskSpec
+from orchestrator.schema import Priority
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Section
+
+
+class MacroSection(Section):
+    input_tokens: int = Field(64, ge=1)
+    output_tokens: int = Field(64, ge=2)
+    warmup_requests: int = Field(2, ge=0)
+    single_stream_requests: int = Field(8, ge=1)
+    concurrency_max: int = Field(8, ge=1)
+    requests_per_level: int = Field(16, ge=1, description="requests per concurrency level (at least the level)")
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    from tasks.macro.action import single_stream, sweep
+    from tasks.macro.results import MacroSingle, MacroSweep
+
+    macro = session.config.macro.model_dump()
+    return [
+        TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
+                 "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),
+                 priority=Priority.high, result_model=MacroSingle,
+                 inputs={"macro": {k: v for k, v in macro.items() if k != "concurrency_max"
+                                   and k != "requests_per_level"}}),
+        TaskSpec("macro_sweep", "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
+                 "macro", sweep(session), depends_on=("macro_single",), needs=("service",),
+                 priority=Priority.high, result_model=MacroSweep, inputs={"macro": macro}),
+    ]
+
+
+def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+    from tasks.macro.section import macro_section
+
+    return macro_section(findings)
+
+
+UNIT = PhaseUnit(name="macro", specs=_specs, config=MacroSection, requires=("service",),
+                 section=_section)

@@ -1,0 +1,75 @@
+"""The `macro` phase's work: single-stream TPOT, then a concurrency sweep, client and server views."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.atomic import write_atomic
+from orchestrator.campaign import TaskContext
+from tasks.host_json import run_json_script
+from tasks.macro.metrics import summarize
+from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep
+from tasks.model import ModelFacts
+from tasks.service.launch import served_name, service_pid_path
+from tasks.session import Session
+
+LOADGEN_SCRIPT = Path(__file__).parent / "remote" / "loadgen.py"
+
+
+def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_tokens: int) -> list[str]:
+    """The load client's options shared by the benchmarks and the capture."""
+    vocab = ctx.result_of("model_facts", ModelFacts).vocab_size
+    return ["--port", str(session.config.service.port), "--model", served_name(session),
+            "--input-tokens", str(input_tokens), "--output-tokens", str(output_tokens),
+            "--vocab", str(vocab)]
+
+
+def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,
+             seed: int) -> LevelSummary:
+    cfg = session.config.macro
+    args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
+        "--concurrency", str(concurrency), "--requests", str(requests), "--warmup", str(warmup),
+        "--seed", str(seed), "--server-pid-file", service_pid_path(session)]
+    raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600)
+    artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
+    write_atomic(artifact, json.dumps(raw).encode())
+    return LevelSummary.model_validate({**summarize(raw), "artifact": str(artifact)})
+
+
+def single_stream(session: Session):
+    def run(ctx: TaskContext) -> MacroSingle:
+        cfg = session.config.macro
+        summary = run_load(session, ctx, 1, cfg.single_stream_requests, cfg.warmup_requests, seed=1)
+        ctx.log(f"single stream: TPOT mean {_ms(summary.tpot_ms.mean)} ms, TTFT mean {_ms(summary.ttft_ms.mean)} ms")
+        return MacroSingle(single_stream=summary, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+
+    return run
+
+
+def concurrency_levels(maximum: int) -> list[int]:
+    levels, level = [], 1
+    while level < maximum:
+        levels.append(level)
+        level *= 2
+    return levels + [maximum]
+
+
+def sweep(session: Session):
+    def run(ctx: TaskContext) -> MacroSweep:
+        cfg = session.config.macro
+        levels: list[LevelSummary] = []
+        for concurrency in concurrency_levels(cfg.concurrency_max):
+            requests = max(cfg.requests_per_level, 2 * concurrency)
+            summary = run_load(session, ctx, concurrency, requests, warmup=1 if not levels else 0,
+                               seed=100 + concurrency)
+            ctx.log(f"c={concurrency}: {_ms(summary.output_throughput_tok_per_s)} tok/s,"
+                    f" TPOT p50 {_ms(summary.tpot_ms.p50)} ms, failed {summary.failed}")
+            levels.append(summary)
+        return MacroSweep(levels=levels, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+
+    return run
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"

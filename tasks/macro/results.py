@@ -1,0 +1,69 @@
+"""Typed results of the `macro` phase: what users feel, client and server views."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.unit import Result
+
+
+class Distribution(Result):
+    """Milliseconds; empty (count 0) when nothing was measured."""
+
+    count: int
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class Stalls(Result):
+    threshold_ms: float
+    count: int
+    requests_affected: int
+    total_ms: float
+    max_ms: float
+
+
+class ServerMetric(Result):
+    server_mean_ms: float
+    server_count: int
+    client_minus_server_pct: float | None = None
+
+
+class Scheduling(Result):
+    client_sid: int
+    autogroup_enabled: bool | None = None
+    server_sid: int | None = None
+
+
+class LevelSummary(Result):
+    concurrency: int
+    requests: int
+    completed: int
+    failed: int
+    failure_examples: list[str]
+    duration_s: float
+    request_throughput_per_s: float | None
+    output_throughput_tok_per_s: float | None
+    output_tokens: int
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    e2e_ms: Distribution
+    stalls: Stalls
+    scheduling: Scheduling | None = None
+    server: dict[str, ServerMetric] = Field(description="per metric key (ttft_ms, ...): /metrics delta")
+    artifact: str
+
+
+class MacroSingle(Result):
+    single_stream: LevelSummary
+    input_tokens: int
+    output_tokens: int
+
+
+class MacroSweep(Result):
+    levels: list[LevelSummary]
+    input_tokens: int
+    output_tokens: int

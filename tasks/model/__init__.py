@@ -1,0 +1,88 @@
+"""The `model` unit: the model's config.json and everything derived from it, computed once.
+
+When no model is configured the tiny random-weight Llama is generated on the host (no hub
+downloads exist on this project's machines). Later phases read the typed ``ModelFacts``:
+vocabulary, quantization, the per-rank GEMM shapes and the all-reduces a decode step.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from orchestrator.atomic import write_atomic
+from orchestrator.campaign import TaskContext, TaskSpec
+from orchestrator.errors import InputError, TaskFailed
+from orchestrator.schema import Priority
+from tasks.host import host_identity
+from tasks.host_json import run_json_script
+from tasks.model.shapes import ModelShapes, model_shapes, quantized_dtype
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Result
+
+TINY_MODEL_SCRIPT = Path(__file__).parent / "remote" / "make_tiny_model.py"
+
+
+class ModelFacts(Result):
+    model: str = Field(description="the model's folder on the host")
+    generated: bool = Field(description="the tiny random-weight model this project generates")
+    model_type: str | None
+    config_artifact: str
+    vocab_size: int
+    weight_dtype: str = Field(description="what config.json declares; the trace shows what ran")
+    group_size: int | None
+    shapes: ModelShapes | None = Field(description="per-rank GEMM shapes; None when the family is unknown")
+    shapes_error: str | None = None
+
+    def require_shapes(self) -> ModelShapes:
+        if self.shapes is None:
+            raise InputError(self.shapes_error or f"{self.config_artifact}: no GEMM shapes derived")
+        return self.shapes
+
+
+def model_path(session: Session) -> str:
+    return session.config.service.model or f"{session.workdir}/models/tiny-llama"
+
+
+def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: Path, tp: int) -> ModelFacts:
+    """Typed facts from a config.json; a family we cannot derive shapes for is kept as a reason,
+    so phases that need no shapes (serving, capture) still run."""
+    try:
+        shapes, error = model_shapes(config, tp, source=str(artifact)), None
+    except InputError as err:
+        shapes, error = None, str(err)
+    weight_dtype, group = quantized_dtype(config)
+    text = config.get("text_config", config) if "vocab_size" not in config else config
+    return ModelFacts(model=model, generated=generated, model_type=config.get("model_type"),
+                      config_artifact=str(artifact), vocab_size=int(text.get("vocab_size", 32000)),
+                      weight_dtype=weight_dtype, group_size=group, shapes=shapes, shapes_error=error)
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    def run(ctx: TaskContext) -> ModelFacts:
+        host = session.host()
+        model = model_path(session)
+        generated = session.config.service.model is None
+        if generated:
+            document = run_json_script(session, TINY_MODEL_SCRIPT, [model], timeout_s=900)
+            config = document["config"]
+        else:
+            out = host.run(["cat", f"{model}/config.json"], timeout_s=60).stdout
+            try:
+                config = json.loads(out)
+            except json.JSONDecodeError as err:
+                raise TaskFailed(f"{model}/config.json on {host.name}: not valid JSON ({err})") from None
+        artifact = ctx.artifacts_dir / "config.json"
+        write_atomic(artifact, json.dumps(config, indent=2).encode())
+        return model_facts(config, model, generated, artifact, session.config.service.tensor_parallel)
+
+    inputs = {"host": host_identity(session.config),
+              "service": session.config.service.model_dump(include={"model", "tensor_parallel"})}
+    return [TaskSpec("model_facts", "Get the model's config.json (generate the tiny model if none is set)",
+                     "model", run, priority=Priority.high, result_model=ModelFacts, inputs=inputs)]
+
+
+UNIT = PhaseUnit(name="model", specs=_specs, requires=("host",))

@@ -1,0 +1,36 @@
+"""The `profile` unit: decode steps captured with torch.profiler through vLLM's own endpoints.
+
+The server is launched with `--profiler-config` whenever this unit is enabled, so the capture
+shares the benchmarks' model load.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from orchestrator.campaign import TaskSpec
+from orchestrator.schema import Priority
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Section
+
+
+class ProfileSection(Section):
+    warmup_requests: int = Field(2, ge=0)
+    requests: int = Field(4, ge=1)
+    output_tokens: int = Field(32, ge=2)
+    stop_timeout_s: float = Field(3600, gt=0)
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    from tasks.profile.capture import capture_action
+    from tasks.profile.results import CaptureManifest
+
+    after = "macro_sweep" if "macro" in enabled else "service_ready"
+    inputs = {"profile": session.config.profile.model_dump(exclude={"stop_timeout_s"}),
+              "macro": {"input_tokens": session.config.macro.input_tokens}}
+    return [TaskSpec("profile_capture", "Capture decode steps with torch.profiler through vLLM",
+                     "profile", capture_action(session), depends_on=(after,), needs=("service",),
+                     priority=Priority.high, result_model=CaptureManifest, inputs=inputs)]
+
+
+UNIT = PhaseUnit(name="profile", specs=_specs, config=ProfileSection, requires=("service",))

@@ -1,0 +1,34 @@
+"""Typed results of the `profile` phase: which trace files a capture left, and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from tasks.unit import Result
+
+
+class CaptureLoad(Result):
+    requests: int
+    duration_s: float
+
+
+class PendingCapture(Result):
+    """Written after the host wrote its traces and before they are fetched: a retry fetches
+    these instead of capturing again."""
+
+    ranks: dict[str, str] = Field(description="rank -> trace file name on the host")
+    stop_profile_s: float
+    load: CaptureLoad | None = None
+
+
+class CaptureManifest(PendingCapture):
+    files: dict[str, int] = Field(description="file name -> bytes, as fetched")
+    requests: int
+    output_tokens: int
+    input_tokens: int
+    folder: str = Field(description="where the fetched traces are, on this machine")
+
+    def trace_paths(self) -> dict[int, Path]:
+        return {int(rank): Path(self.folder) / name for rank, name in self.ranks.items()}

@@ -1,0 +1,102 @@
+"""The `service` unit: the vLLM server, launched (or adopted) once and followed while it loads.
+
+It gives the engine two needs, ``service`` (the server answers with our model) and
+``accelerators_free`` (no server of ours holds the GPUs or cores); they conflict, and the
+runner groups tasks by need, so a campaign loads the model once. Its one task records the
+readiness figures the `service` need gathered.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import Field
+
+from orchestrator.campaign import Need, TaskContext, TaskSpec
+from orchestrator.schema import Priority
+from tasks.config import redacted_env
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Result, Section
+
+
+class ServiceSection(Section):
+    model: str | None = Field(None, description="model folder on the host; None = generated tiny model")
+    served_model_name: str | None = None
+    tensor_parallel: int = Field(2, ge=1, le=64)
+    port: int = Field(8000, ge=1, le=65535)
+    launcher: Literal["auto", "vllm-serve", "vllm-cpu"] = "auto"
+    command: list[str] | None = Field(None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled")
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    max_model_len: int = Field(1024, ge=16)
+    ready_deadline_s: float = Field(3600, gt=0)
+    stop_grace_s: float = Field(60, gt=0)
+
+
+class LoadSummary(Result):
+    """What vLLM's start-up log said (tasks/service/vllm_log.py)."""
+
+    phase: str
+    shard_percent: int | None = None
+    shards_done: int | None = None
+    shards_total: int | None = None
+    eta_s: float | None = None
+    weights_load_s: float | None = None
+    model_load_s: float | None = None
+    model_memory_gib: float | None = None
+    graph_capture_percent: int | None = None
+    graph_capture_s: float | None = None
+    engine_init_s: float | None = None
+    kv_cache_tokens: int | None = None
+    startup_complete: bool = False
+    fatal_line: str | None = None
+    lines_seen: int = 0
+    phases_seen: list[str] = Field(default_factory=list)
+
+
+class ServiceReady(Result):
+    adopted: bool
+    pid: int | None
+    model: str = Field(description="the served model name")
+    ready_s: float | None = None
+    load: LoadSummary | None = None
+    launched_at_epoch_s: float | None = None
+    log: str | None = None
+    health_to_task_done_s: float | None = Field(
+        None, description="from /health turning 200 to this task's end: readiness latency")
+
+
+def service_identity(config: Any) -> dict[str, Any]:
+    """The service settings that change what the server computes (not its port or deadlines);
+    environment values as digests, so a token is never written into the todo file."""
+    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env"})
+    return identity | {"env": redacted_env(config.service.env)}
+
+
+def _ready(ctx: TaskContext) -> ServiceReady:
+    facts = dict(ctx.facts["service"])
+    seen = facts.pop("health_seen_monotonic", None)
+    if seen is not None:
+        facts["health_to_task_done_s"] = round(time.monotonic() - seen, 3)
+    return ServiceReady.model_validate(facts)
+
+
+def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    from tasks.host import host_identity
+
+    return [TaskSpec("service_ready", "Check the vLLM service is running and ready", "service", _ready,
+                     depends_on=("host_facts", "model_facts"), needs=("service",),
+                     priority=Priority.high, result_model=ServiceReady,
+                     inputs={"host": host_identity(session.config), "service": service_identity(session.config)})]
+
+
+def _needs(session: Session) -> dict[str, Need]:
+    from tasks.service.lifecycle import AcceleratorsFreeNeed, ServiceLifecycle, ServiceNeed
+
+    lifecycle = ServiceLifecycle(session)
+    return {"service": ServiceNeed(lifecycle), "accelerators_free": AcceleratorsFreeNeed(lifecycle)}
+
+
+UNIT = PhaseUnit(name="service", specs=_specs, config=ServiceSection, requires=("host", "model"),
+                 needs=_needs)

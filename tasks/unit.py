@@ -1,0 +1,64 @@
+"""A phase unit: one phase in one place, found by one name.
+
+The name is the phase's key in `campaign.phases`, its `campaign.toml` section, its package
+under `tasks/` and the prefix of its task ids. A unit holds its config section, its task specs
+(each with a typed result model), its needs, and the findings section it contributes. Adding a
+phase is writing a unit and adding it to `tasks/registry.py`; nothing else changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.campaign import Need, TaskSpec
+
+if TYPE_CHECKING:
+    from tasks.findings import Findings
+    from tasks.session import Session
+
+
+class Section(BaseModel):
+    """A `campaign.toml` section: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Result(BaseModel):
+    """A task's typed result, as stored in the todo file: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class PhaseUnit:
+    name: str
+    specs: Callable[[Session, frozenset[str]], list[TaskSpec]]
+    """The unit's tasks, given the session and the names of every enabled unit."""
+    config: Any = None
+    """The type of its `campaign.toml` section (keyed by ``name``), or None."""
+    config_default: Callable[[], Any] | None = None
+    requires: tuple[str, ...] = ()
+    """Units that must run too (enabled with it)."""
+    needs: Callable[[Session], dict[str, Need]] | None = None
+    section: Callable[[Findings], str] | None = None
+    """Its part of the findings document, placed in campaign order."""
+    selectable: bool = True
+    """Listed in `campaign.phases`; False for units that run whenever their config has tasks."""
+
+
+def enabled_units(units: list[PhaseUnit], phases: list[str]) -> list[PhaseUnit]:
+    """The units asked for, the units they require (transitively), and the always-on ones,
+    in registry order."""
+    by_name = {unit.name: unit for unit in units}
+    wanted: set[str] = set()
+    pending = [*phases, *(unit.name for unit in units if not unit.selectable)]
+    while pending:
+        name = pending.pop()
+        if name not in wanted:
+            wanted.add(name)
+            pending.extend(by_name[name].requires)
+    return [unit for unit in units if unit.name in wanted]
