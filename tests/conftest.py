@@ -61,3 +61,27 @@ def ssh_host(sshd):
                              ssh_config=None))
     yield host
     host.close()
+
+
+@pytest.fixture
+def pace_server():
+    """Starts known-pace fake servers (tests/pace_server.py: a fake on purpose, for ground truth)."""
+    from sshd import free_port
+
+    servers = []
+
+    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0,
+              new_session: bool = False) -> int:
+        port = free_port()
+        process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
+                                    str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms)],
+                                   stdout=subprocess.PIPE, text=True, start_new_session=new_session)
+        assert process.stdout.readline().strip() == "ready"
+        servers.append(process)
+        return port
+
+    start.processes = servers
+    yield start
+    for process in servers:
+        process.kill()
+        process.wait()

@@ -4,7 +4,8 @@ It exists to give the load client ground truth: it records when it actually wrot
 request's first and last token chunks, so client-side TTFT/TPOT can be compared with what
 really happened on the wire. Standard library only. Run as a process:
     python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS]
-GET /stats returns the per-request records. Injected faults: FAIL_EVERY=n answers every n-th
+GET /stats returns the per-request records; GET /health and /v1/models answer as vLLM's do (the
+model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
 stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 
@@ -35,6 +37,13 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
             method, path, _ = request_line.decode().split(" ", 2)
             if path == "/stats":
                 payload = json.dumps(RECORDS).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                await writer.drain()
+                continue
+            if path in ("/health", "/v1/models"):
+                payload = b"" if path == "/health" else json.dumps(
+                    {"object": "list", "data": [{"id": os.environ.get("PACE_MODEL", "pace")}]}).encode()
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                              + str(len(payload)).encode() + b"\r\n\r\n" + payload)
                 await writer.drain()

@@ -11,33 +11,11 @@ from pathlib import Path
 
 import numpy
 import pytest
-from sshd import free_port
 
 from tasks.macro.metrics import percentile, summarize, tpot_s
 
 ROOT = Path(__file__).resolve().parent.parent
 LOADGEN = ROOT / "tasks" / "macro" / "remote" / "loadgen.py"
-
-
-@pytest.fixture
-def pace_server():
-    servers = []
-
-    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0,
-              new_session: bool = False) -> int:
-        port = free_port()
-        process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
-                                    str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms)],
-                                   stdout=subprocess.PIPE, text=True, start_new_session=new_session)
-        assert process.stdout.readline().strip() == "ready"
-        servers.append(process)
-        return port
-
-    start.processes = servers
-    yield start
-    for process in servers:
-        process.kill()
-        process.wait()
 
 
 def run_loadgen(port: int, concurrency: int, requests: int, output_tokens: int, *extra: str) -> dict:

@@ -126,3 +126,23 @@ def test_nested_cpu_ops_count_each_microsecond_once(tmp_path: Path) -> None:
     assert result["device_ms_per_step"] * 1000 == pytest.approx(110)  # the two top-level ops
     assert result["busy_union_ms_per_step"] * 1000 == pytest.approx(110)
     assert "aten::slice" in result["unmatched_names"] and "aten::empty" not in result["unmatched_names"]
+
+
+def test_every_category_of_the_rules_file_is_in_the_breakdown_and_shares_sum_to_100(tmp_path: Path) -> None:
+    """The rules file is the one place categories are declared: one added there appears in the
+    breakdown (even at zero), in the file's order, and the shares still sum to 100."""
+    rules = tmp_path / "rules.toml"
+    original = (Path(__file__).parent.parent / "tasks" / "analysis" / "rules.toml").read_text()
+    rules.write_text('[[rule]]\ncategory = "tinygemm_only"\npatterns = ["tinygemm"]\n\n'
+                     + original + '\n[[rule]]\ncategory = "never_seen"\npatterns = ["no-kernel-has-this-name"]\n')
+    classify = Classifier(rules)
+    result = analyze_trace(GPU_TRACE, classify)
+    assert list(result["categories"]) == list(classify.categories)
+    assert classify.categories[0] == "tinygemm_only" and classify.categories[-2:] == ("never_seen", "other")
+    assert result["categories"]["tinygemm_only"]["calls_per_step"] > 0
+    assert result["categories"]["never_seen"] == {"calls_per_step": 0.0, "mean_us_per_call": None,
+                                                  "p50_us_per_call": None, "ms_per_step": 0.0, "share_pct": 0.0}
+    assert sum(c["share_pct"] for c in result["categories"].values()) == pytest.approx(100.0, abs=1e-9)
+    # The shipped rules too.
+    shipped = analyze_trace(GPU_TRACE, Classifier())
+    assert sum(c["share_pct"] for c in shipped["categories"].values()) == pytest.approx(100.0, abs=1e-9)

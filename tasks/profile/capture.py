@@ -10,6 +10,7 @@ resumes where it stopped.
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from pathlib import Path
@@ -34,13 +35,17 @@ def list_traces(session: Session) -> dict[str, int]:
     return {name: int(size) for size, name in (line.split(" ", 1) for line in out.splitlines() if line)}
 
 
+RANK_TRACE = re.compile(r"(?:^|_)rank(\d+)\.\d+\.pt\.trace\.json\.gz$")
+
+
 def rank_traces(files: dict[str, int], ranks: int) -> dict[int, str]:
+    """Each worker's trace among the new files: `rank0.<ns>.pt.trace.json.gz` (dense models) or
+    `dp0_pp0_tp0_dcp0_ep0_rank0.<ns>.pt.trace.json.gz` (vLLM 0.26 MoE models). The API server's
+    `<host>_<pid>.async_llm.<ns>...` file is not a rank. The latest file of a rank wins."""
     found = {}
     for name in sorted(files):
-        if name.startswith("rank") and "." in name:
-            rank_text = name[4:].split(".", 1)[0]
-            if rank_text.isdigit():
-                found[int(rank_text)] = name
+        if match := RANK_TRACE.search(name):
+            found[int(match[1])] = name
     return {rank: found[rank] for rank in range(ranks) if rank in found}
 
 

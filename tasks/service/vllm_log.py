@@ -3,7 +3,7 @@
 Formats (vLLM 0.32, CPU and GPU; ../shared/FACTS.md):
   Loading safetensors checkpoint shards:  45% Completed | 29/64 [02:10<02:41, 0.22it/s]
   Loading weights took 0.05 seconds
-  Model loading took 3.88 GiB memory and 20.44 seconds
+  Model loading took 3.88 GiB memory and 20.44 seconds   (vLLM 0.26: "took 14.96 GiB and 1.54 seconds")
   Capturing CUDA graphs (decode, FULL): 45%|...| 23/51
   Graph capturing finished in 12 secs, took 0.5 GiB
   init engine (profile, create kv cache, warmup model) took 46.46 s
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+) \[([^<\]]*)<([^,\]]*)")
 WEIGHTS = re.compile(r"Loading weights took ([\d.]+) seconds")
-MODEL_LOAD = re.compile(r"Model loading took ([\d.]+) GiB memory and ([\d.]+) seconds")
+MODEL_LOAD = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]+) seconds")
 GRAPHS = re.compile(r"Capturing CUDA graphs[^:]*:\s*(\d+)%")
 GRAPHS_DONE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
 ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")

@@ -1,0 +1,105 @@
+"""Fast checks of the parts phases are made of, on fixture inputs: vLLM's start-up log, the
+capture's file bookkeeping, the decision rules with figures that were not measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import InputError
+from tasks.profile.capture import rank_traces, safe_manifest
+from tasks.profile.results import CaptureManifest
+from tasks.service.vllm_log import LoadProgress
+from tasks.synthesis.decisions import decide, evaluate
+
+# Lines as vLLM writes them (../shared/FACTS.md: 0.32 CPU, 0.26 CUDA on an H200).
+CPU_LOG = """INFO Starting to load model /m...
+Loading safetensors checkpoint shards:  45% Completed | 29/64 [02:10<02:41, 0.22it/s]\rLoading safetensors checkpoint shards: 100% Completed | 64/64 [04:40<00:00, 0.22it/s]
+INFO Loading weights took 0.05 seconds
+INFO CPU KV cache size: 7,280 tokens
+INFO init engine (profile, create kv cache, warmup model) took 46.46 s
+INFO:     Application startup complete.
+"""
+GPU_LOG = """INFO Model loading took 14.96 GiB and 1.544262 seconds
+Capturing CUDA graphs (PIECEWISE): 45%|####5     | 23/51 [00:01<00:01]
+INFO Graph capturing finished in 4 secs, took 0.98 GiB
+INFO init engine (profile, create kv cache, warmup model) took 40.28 s (compilation: 20.07 s)
+"""
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_vllm_log_is_read_the_same_in_any_chunking(chunk: int) -> None:
+    progress = LoadProgress()
+    for start in range(0, len(CPU_LOG), chunk):
+        progress.feed(CPU_LOG[start:start + chunk])
+    assert (progress.shards_done, progress.shards_total, progress.shard_percent) == (64, 64, 100)
+    assert progress.weights_load_s == 0.05 and progress.kv_cache_tokens == 7280
+    assert progress.engine_init_s == 46.46 and progress.startup_complete and progress.phase == "ready"
+    assert progress.phases_seen == ["loading weights", "initialising engine", "starting API server", "ready"]
+    assert progress.fatal_line is None
+
+
+def test_vllm_026_gpu_lines_and_a_fatal_line() -> None:
+    progress = LoadProgress()
+    progress.feed(GPU_LOG)
+    assert (progress.model_memory_gib, progress.model_load_s) == (14.96, 1.544262)
+    assert progress.graph_capture_percent == 45 and progress.graph_capture_s == 4.0
+    assert progress.engine_init_s == 40.28
+    progress.feed("(EngineCore_DP0 pid=42) ERROR EngineCore failed to start.\n")
+    assert progress.fatal_line and "EngineCore failed to start" in progress.fatal_line
+
+
+def test_capture_finds_dense_and_moe_rank_traces_not_the_api_servers() -> None:
+    files = {"rank0.100.pt.trace.json.gz": 5, "rank1.101.pt.trace.json.gz": 5,
+             "host_77.async_llm.102.pt.trace.json.gz": 9}
+    assert rank_traces(files, 2) == {0: "rank0.100.pt.trace.json.gz", 1: "rank1.101.pt.trace.json.gz"}
+    moe = {"dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz": 5,
+           "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz": 5, "h_1.async_llm.202.pt.trace.json.gz": 9}
+    assert rank_traces(moe, 2) == {0: "dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz",
+                                   1: "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz"}
+    assert rank_traces(moe, 4) == rank_traces(moe, 2)  # ranks 2 and 3 not written yet
+
+
+def test_an_earlier_capture_is_reused_only_whole_and_with_the_same_settings(tmp_path: Path) -> None:
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0.1.pt.trace.json.gz").write_bytes(b"x" * 10)
+    settings = {"requests": 4, "output_tokens": 32, "input_tokens": 64}
+    manifest = CaptureManifest(ranks={"0": "rank0.1.pt.trace.json.gz"}, stop_profile_s=1.0,
+                               files={"rank0.1.pt.trace.json.gz": 10}, folder=str(traces), **settings)
+    (tmp_path / "manifest.json").write_text(manifest.model_dump_json())
+    assert safe_manifest(tmp_path, settings) == manifest
+    assert safe_manifest(tmp_path, {**settings, "output_tokens": 64}) is None  # other settings
+    (traces / "rank0.1.pt.trace.json.gz").write_bytes(b"x" * 4)  # a partial fetch
+    assert safe_manifest(tmp_path, settings) is None
+    (tmp_path / "manifest.json").write_text(json.dumps({"files": {}}))  # another version's
+    assert safe_manifest(tmp_path, settings) is None
+
+
+FIGURES = {"tp": 2, "comm_share_pct": 52.0, "gemm_share_pct": 20.0, "attention_share_pct": 5.0,
+           "moe_share_pct": 0.0, "quantized": 0, "decode_tpot_ms": 4.7, "w4a16_vs_bf16_speedup": 1.5, "cuda": 0}
+
+
+def test_decisions_with_figures_that_were_not_measured() -> None:
+    assert evaluate("comm_share_pct >= 30 and tp > 1", FIGURES) is True
+    unknown = {**FIGURES, "comm_share_pct": None}
+    assert evaluate("comm_share_pct >= 30 and tp > 1", unknown) is None
+    assert evaluate("comm_share_pct >= 30 and tp > 4", unknown) is False  # False whatever the unknown
+    assert evaluate("comm_share_pct >= 30 or tp > 1", unknown) is True
+    record = {r["id"]: r for r in decide(unknown)}
+    assert record["speculative_decoding"]["decision"] == "left to investigate"  # comm or gemm: unknown
+    assert "comm_share_pct = not measured" in record["speculative_decoding"]["evidence"]
+    assert record["expert_parallelism"]["decision"] == "not pursued"  # no MoE: false whatever comm is
+    assert record["int4_weights"]["decision"] == "rejected"  # precision: whatever it would buy
+    measured = {r["id"]: r for r in decide(FIGURES)}
+    assert measured["speculative_decoding"]["decision"] == "prioritised"
+    assert measured["lower_tp"]["decision"] == "not pursued"
+
+
+def test_a_rule_naming_an_unknown_figure_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[option]]\nid = "x"\ntitle = "X"\nwhen = "nonsense_pct > 3"\nwhy = "w"\n')
+    with pytest.raises(InputError, match="option 'x': field 'when': 'nonsense_pct'"):
+        decide(FIGURES, rules)

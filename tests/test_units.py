@@ -1,0 +1,171 @@
+"""Phase units: a new phase is one unit in one list; results are typed; a config change re-runs
+exactly what it affects; the engine stands without the phases."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from conftest import ROOT, run_cli
+
+from orchestrate.main import main
+from orchestrator.campaign import TaskContext, TaskSpec
+from orchestrator.statefile import load_state
+from tasks.registry import UNITS
+from tasks.session import Session
+from tasks.unit import PhaseUnit, Result, Section
+
+
+class ToySection(Section):
+    word: str = "hello"
+
+
+class ToyResult(Result):
+    greeting: str
+    letters: int
+
+
+def toy_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+    def run(ctx: TaskContext) -> ToyResult:
+        said = session.host().run(["echo", session.config.toy.word]).stdout.strip()  # a real command
+        return ToyResult(greeting=said, letters=len(said))
+
+    return [TaskSpec("toy_hello", "Say the configured word", "toy", run, result_model=ToyResult,
+                     inputs={"toy": session.config.toy.model_dump()})]
+
+
+def toy_section(findings) -> str:  # noqa: ANN001
+    result = findings.result("toy_hello", ToyResult)
+    return f"## Toy phase\n\nThe host said **{result.greeting}** ({result.letters} letters).\n" if result else ""
+
+
+TOY = PhaseUnit(name="toy", specs=toy_specs, config=ToySection, section=toy_section)
+
+
+def run_toy(folder: Path, units: list[PhaseUnit], word: str = "bonjour") -> int:
+    config = folder / "campaign.toml"
+    config.write_text(f'[campaign]\nname = "toy"\nphases = ["toy"]\n[toy]\nword = "{word}"\n')
+    return main(["--config", str(config), "--state", str(folder / "state" / "todo.json"),
+                 "--reports", str(folder / "reports"), "resume"], units=units)
+
+
+def test_a_toy_unit_added_in_one_list_is_in_the_todo_file_and_the_findings(tmp_path: Path) -> None:
+    assert run_toy(tmp_path, [*UNITS, TOY]) == 0
+    todo = load_state(tmp_path / "state" / "todo.json").by_id()["toy_hello"]
+    assert todo.status == "completed"
+    assert todo.result == {"greeting": "bonjour", "letters": 7}
+    assert todo.inputs == {"toy": {"word": "bonjour"}}
+    findings = (tmp_path / "reports" / "toy" / "findings.md").read_text()
+    assert "## Toy phase" in findings and "**bonjour** (7 letters)" in findings
+    # Without the unit in the list, its config section and phase name are unknown keys.
+    fresh = tmp_path / "without"
+    fresh.mkdir()
+    assert run_toy(fresh, UNITS) == 2
+
+
+def test_a_result_of_the_wrong_shape_fails_the_task_and_a_bad_stored_result_is_named(tmp_path: Path) -> None:
+    def bad_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+        return [TaskSpec("toy_hello", "Say it", "toy", lambda ctx: {"greeting": "hi"},  # no letters
+                         result_model=ToyResult)]
+
+    broken = PhaseUnit(name="toy", specs=bad_specs, config=ToySection)
+    assert run_toy(tmp_path, [*UNITS, broken]) == 1
+    todo = load_state(tmp_path / "state" / "todo.json").by_id()["toy_hello"]
+    assert todo.status == "failed" and "letters" in todo.error.message and todo.result is None
+    # A completed result edited by hand (or by another version) is refused on read, by name.
+    assert run_toy(tmp_path, [*UNITS, TOY]) == 0
+    state_path = tmp_path / "state" / "todo.json"
+    document = json.loads(state_path.read_text())
+    document["todos"][0]["result"]["letters"] = "seven"
+    state_path.write_text(json.dumps(document))
+    before = state_path.read_text()
+    assert run_toy(tmp_path, [*UNITS, TOY]) == 2
+    assert state_path.read_text() == before
+
+
+TINY_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+
+
+def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path: Path, pace_server) -> None:
+    """Against a fake server of known pace (adopted as the campaign's server), so the serving
+    phase is real but quick; host and model facts run for real on this machine."""
+    port = pace_server(ttft_ms=5, pace_ms=2)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_CONFIG))
+
+    def write_config(output_tokens: int) -> None:
+        (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+            [campaign]
+            name = "paced"
+            phases = ["macro"]
+            [service]
+            model = "{model}"
+            served_model_name = "pace"
+            port = {port}
+            [macro]
+            output_tokens = {output_tokens}
+            warmup_requests = 0
+            single_stream_requests = 2
+            concurrency_max = 2
+            requests_per_level = 2
+            """))
+
+    write_config(8)
+    first = run_cli(["resume"], tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = load_state(tmp_path / "state" / "todo.json").by_id()
+    assert set(before) == {"host_facts", "model_facts", "service_ready", "macro_single", "macro_sweep"}
+    assert before["service_ready"].result["adopted"] is True
+    write_config(12)
+    second = run_cli(["resume"], tmp_path, timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert ("[macro_single] runs again: config changed: macro.output_tokens (8 -> 12);"
+            " so do its dependents macro_sweep") in second.stdout
+    after = load_state(tmp_path / "state" / "todo.json").by_id()
+    rerun = {todo_id for todo_id in after if after[todo_id].started_at != before[todo_id].started_at}
+    assert rerun == {"macro_single", "macro_sweep"}
+    assert after["macro_sweep"].result["output_tokens"] == 12
+    assert after["macro_single"].result["single_stream"]["output_tokens"] == 2 * 12
+    # Nothing changed since: nothing runs again.
+    third = run_cli(["resume"], tmp_path, timeout=300)
+    assert third.returncode == 0 and "runs again" not in third.stdout
+    final = load_state(tmp_path / "state" / "todo.json").by_id()
+    assert all(final[t].started_at == after[t].started_at for t in final)
+    findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
+    assert '"output_tokens": 12' in findings and "Stale results" not in findings
+
+
+ENGINE_ALONE = """
+import importlib, pkgutil, sys
+from pathlib import Path
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("tasks", "orchestrate"):
+            raise ImportError(f"the engine imported {name}")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+import orchestrator
+for module in pkgutil.walk_packages(orchestrator.__path__, "orchestrator."):
+    importlib.import_module(module.name)
+from orchestrator.campaign import Campaign, TaskSpec
+from orchestrator.runner import Runner
+campaign = Campaign("alone", [TaskSpec("a", "first", "t", lambda ctx: {"n": 1}),
+                              TaskSpec("b", "second", "t", lambda ctx: {"n": 2}, depends_on=("a",))])
+state = Runner(campaign, Path(sys.argv[1]), log=lambda line: None).resume()
+print(",".join(t.status.value for t in state.todos))
+"""
+
+
+def test_the_engine_imports_and_runs_without_the_phases(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", ENGINE_ALONE, str(tmp_path / "todo.json")], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "completed,completed"
