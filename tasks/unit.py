@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.campaign import Need, TaskSpec
 
 if TYPE_CHECKING:
-    from tasks.findings import Findings
     from tasks.session import Session
+    from tasks.view import Findings
 
 
 class Section(BaseModel):

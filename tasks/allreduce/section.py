@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from orchestrator.report import md_table
 from tasks.allreduce.results import AllreduceResult
-from tasks.findings import Findings, fmt
+from tasks.view import Findings, fmt
 
 
 def allreduce_section(findings: Findings) -> str:

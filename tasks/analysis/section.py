@@ -6,8 +6,8 @@ from pathlib import Path
 
 from orchestrator.report import md_table
 from tasks.analysis.results import Breakdown
-from tasks.findings import Findings, fmt
 from tasks.profile.results import CaptureManifest
+from tasks.view import Findings, fmt
 
 
 def breakdown_section(findings: Findings) -> str:

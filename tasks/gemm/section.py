@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.findings import Findings, fmt
 from tasks.gemm.results import GemmResult
 from tasks.model import ModelFacts
+from tasks.view import Findings, fmt
 
 
 def gemm_section(findings: Findings) -> str:

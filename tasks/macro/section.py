@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.findings import Findings, fmt
 from tasks.macro.metrics import DEFINITIONS
 from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep, Stalls
+from tasks.view import Findings, fmt
 
 
 def macro_section(findings: Findings) -> str:

@@ -4,7 +4,7 @@ They read typed results only."""
 
 from __future__ import annotations
 
-from tasks.findings import Findings
+from tasks.view import Findings
 
 
 def opening_sections(findings: Findings) -> list[str]:

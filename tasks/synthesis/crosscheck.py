@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.findings import fmt
 from tasks.synthesis.figures import KeyFigures
+from tasks.view import fmt
 
 
 def crosscheck_section(figures: KeyFigures) -> str:

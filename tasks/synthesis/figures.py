@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from tasks.allreduce.results import AllreduceResult
 from tasks.analysis.results import Breakdown, RankBreakdown
-from tasks.findings import Findings
 from tasks.gemm.results import GemmResult, GemmRow
 from tasks.host import HostFacts
 from tasks.macro.results import MacroSingle
 from tasks.model import ModelFacts
+from tasks.view import Findings
 
 
 @dataclass

@@ -10,9 +10,9 @@ from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from orchestrator.results import stale_reason
 from orchestrator.schema import Status
-from tasks.findings import Findings, fmt
 from tasks.synthesis.decisions import decide
 from tasks.synthesis.figures import KeyFigures
+from tasks.view import Findings, fmt
 
 
 def decision_section(figures: KeyFigures) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.findings import Findings, fmt
 from tasks.host import HostFacts
 from tasks.model import ModelFacts
 from tasks.service import ServiceReady
+from tasks.view import Findings, fmt
 
 
 def setup_section(findings: Findings) -> str:

@@ -1,0 +1,48 @@
+"""What a findings section may read: typed results of completed todos, links, number format."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from orchestrator.campaign import TaskSpec
+from orchestrator.schema import Status, TodoState
+from tasks.session import Session
+
+ResultT = TypeVar("ResultT", bound=BaseModel)
+
+
+class Findings:
+    """What a section may read: typed results of completed todos, and where the document lives."""
+
+    def __init__(self, session: Session, state: TodoState, folder: Path,
+                 specs: dict[str, TaskSpec] | None = None) -> None:
+        self.session = session
+        self.state = state
+        self.folder = folder
+        self.specs = specs or {}
+        self._todos = state.by_id()
+
+    def result(self, task_id: str, model: type[ResultT]) -> ResultT | None:
+        todo = self._todos.get(task_id)
+        if todo is None or todo.status != Status.completed or todo.result is None:
+            return None
+        return model.model_validate(todo.result)
+
+    def link(self, path: str | None, label: str = "artifact") -> str:
+        if not path:
+            return ""
+        return f"[{label}]({os.path.relpath(path, self.folder)})"
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    """A figure for a table: thousands separators, fixed digits, 'n/a' when not measured."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
