@@ -48,7 +48,8 @@ def allreduce_action(session: Session):
                 document = run_json_script(
                     session, ALLREDUCE_SCRIPT,
                     ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)],
-                    timeout_s=1800, env={"OMP_NUM_THREADS": "1", **env}, launcher=launcher)
+                    timeout_s=1800, env={"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator, **env},
+                    launcher=launcher)
             except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
                 if not env:
                     raise

@@ -21,7 +21,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.gemm.results import GemmResult
 
     return [TaskSpec("gemm_bench", "Microbenchmark the decode GEMMs at the model's per-rank shapes",
-                     "gemm", gemm_action(session), depends_on=("model_facts",),
+                     "gemm", gemm_action(session), depends_on=("host_facts", "model_facts"),
                      needs=("accelerators_free",), result_model=GemmResult,
                      inputs={"gemm": session.config.gemm.model_dump()})]
 
@@ -32,5 +32,5 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return gemm_section(findings)
 
 
-UNIT = PhaseUnit(name="gemm", specs=_specs, config=GemmSection, requires=("model",),
+UNIT = PhaseUnit(name="gemm", specs=_specs, config=GemmSection, requires=("host", "model"),
                  section=_section)

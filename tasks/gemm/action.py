@@ -9,6 +9,7 @@ from pathlib import Path
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from tasks.gemm.results import GemmResult
+from tasks.host import HostFacts
 from tasks.host_json import run_json_script
 from tasks.model import ModelFacts
 from tasks.session import Session
@@ -19,6 +20,7 @@ GEMM_SCRIPT = Path(__file__).parent / "remote" / "gemm_bench.py"
 def gemm_action(session: Session):
     def run(ctx: TaskContext) -> GemmResult:
         shapes_model = ctx.result_of("model_facts", ModelFacts).require_shapes()
+        accelerator = ctx.result_of("host_facts", HostFacts).accelerator
         cfg = session.config.gemm
         shapes = shapes_model.gemm_rows(cfg.batch_sizes)
         if cfg.compare_w4a16:
@@ -34,7 +36,7 @@ def gemm_action(session: Session):
         measured = run_json_script(session, GEMM_SCRIPT,
                                    [remote, "--repeats", str(cfg.repeats),
                                     "--group-size", str(int4_group or cfg.int4_group_size),
-                                    "--fp8-block", str(fp8_block)],
+                                    "--fp8-block", str(fp8_block), "--device", accelerator],
                                    timeout_s=3600)
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())
