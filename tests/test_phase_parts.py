@@ -103,3 +103,52 @@ def test_a_rule_naming_an_unknown_figure_is_one_line_naming_the_option(tmp_path:
     rules.write_text('[[option]]\nid = "x"\ntitle = "X"\nwhen = "nonsense_pct > 3"\nwhy = "w"\n')
     with pytest.raises(InputError, match="option 'x': field 'when': 'nonsense_pct'"):
         decide(FIGURES, rules)
+
+
+def _local_session(tmp_path: Path):
+    from orchestrator.hosts.local import LocalHost
+    from tasks.config import config_model
+    from tasks.registry import UNITS
+    from tasks.session import Session
+
+    config = config_model(UNITS).model_validate({"host": {"workdir": str(tmp_path)}})
+    return Session(config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path,
+                   host_factory=LocalHost)
+
+
+def _trace(path: Path, rank: int) -> None:
+    import gzip
+
+    document = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+                "traceEvents": []}
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+
+
+def test_capture_reads_the_rank_of_a_trace_named_in_a_new_way(tmp_path: Path) -> None:
+    from tasks.profile.capture import await_rank_traces
+
+    session = _local_session(tmp_path)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _trace(traces / "old.1.pt.trace.json.gz", 0)  # there before the capture: not ours
+    _trace(traces / "worker_b.7.pt.trace.json.gz", 1)
+    _trace(traces / "worker_a.7.pt.trace.json.gz", 0)
+    _trace(traces / "h_1.async_llm.7.pt.trace.json.gz", 0)  # the API server's, never a rank
+    found = await_rank_traces(session, {"old.1.pt.trace.json.gz"}, 2, appear_s=5)
+    assert found == {0: "worker_a.7.pt.trace.json.gz", 1: "worker_b.7.pt.trace.json.gz"}
+
+
+def test_capture_fails_soon_listing_what_it_found_when_a_rank_writes_nothing(tmp_path: Path) -> None:
+    import time
+
+    from orchestrator.errors import TaskFailed
+    from tasks.profile.capture import await_rank_traces
+
+    session = _local_session(tmp_path)
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    _trace(traces / "rank0.5.pt.trace.json.gz", 0)
+    started = time.monotonic()
+    with pytest.raises(TaskFailed, match=r"only ranks \[0\] of 2 .*rank0\.5\.pt\.trace\.json\.gz"):
+        await_rank_traces(session, set(), 2, appear_s=2)
+    assert time.monotonic() - started < 10

@@ -20,11 +20,13 @@ from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed
 from tasks.host_json import run_json_script
 from tasks.macro.action import LOADGEN_SCRIPT, load_args
+from tasks.macro.metrics import summarize
 from tasks.profile.results import CaptureLoad, CaptureManifest, PendingCapture
 from tasks.service.launch import profiler_dir
 from tasks.session import Session
 
 MANIFEST = "manifest.json"
+TRACES_APPEAR_S = 60
 
 
 def list_traces(session: Session) -> dict[str, int]:
@@ -145,16 +147,53 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     if status != 200:
         raise TaskFailed(f"POST /stop_profile answered {status} after {stop_s:.0f} s: {body[:300]}")
     ctx.log(f"/stop_profile returned after {stop_s:.1f} s")
-    deadline = time.monotonic() + cfg.stop_timeout_s
+    ranks = await_rank_traces(session, before, tp)
+    wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
+    summary = summarize(load)
+    return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
+                          stop_profile_s=round(stop_s, 2),
+                          load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"],
+                                           concurrency=1, failed=summary["failed"],
+                                           tpot_ms=summary["tpot_ms"]))
+
+
+def await_rank_traces(session: Session, before: set[str], tp: int,
+                      appear_s: float = TRACES_APPEAR_S) -> dict[int, str]:
+    """Every rank's new trace file. `/stop_profile` returns once the traces are written, so
+    they appear within seconds: after ``appear_s`` the capture fails, listing what it found.
+    A file whose name gives no rank (a naming vLLM has not used before) is asked for the rank
+    in its `distributedInfo`."""
+    deadline = time.monotonic() + appear_s
+    asked: dict[str, int | None] = {}
     while True:
         new = {name: size for name, size in list_traces(session).items() if name not in before}
         ranks = rank_traces(new, tp)
+        for name in sorted(new):
+            if name not in ranks.values() and ".async_llm." not in name:
+                if name not in asked:
+                    asked[name] = rank_in_file(session, f"{profiler_dir(session)}/{name}")
+                rank = asked[name]
+                if rank is not None and rank < tp and rank not in ranks:
+                    ranks[rank] = name
         if len(ranks) == tp:
-            break
+            return dict(sorted(ranks.items()))
         if time.monotonic() > deadline:
-            raise TaskFailed(f"only ranks {sorted(ranks)} of {tp} wrote a trace in {profiler_dir(session)}")
+            raise TaskFailed(f"/stop_profile returned but after {appear_s:.0f} s only ranks {sorted(ranks)}"
+                             f" of {tp} have a trace in {profiler_dir(session)}; new files there:"
+                             f" {sorted(new) or 'none'}")
         time.sleep(1)
-    wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
-    return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
-                          stop_profile_s=round(stop_s, 2),
-                          load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"]))
+
+
+RANK_PROBE = (
+    "import gzip, re, sys\n"
+    "head = gzip.open(sys.argv[1]).read(4 << 20)\n"
+    "m = re.search(rb'\"distributedInfo\"\\s*:\\s*\\{[^{}]*?\"rank\"\\s*:\\s*(\\d+)', head)\n"
+    "print(m.group(1).decode() if m else '')\n"
+)
+
+
+def rank_in_file(session: Session, path: str) -> int | None:
+    """The rank a trace's `distributedInfo` names (read on the host, first 4 MB), or None."""
+    out = session.host().run([session.python, "-c", RANK_PROBE, path], check=False, timeout_s=120)
+    text = out.stdout.strip()
+    return int(text) if out.exit_code == 0 and text.isdigit() else None

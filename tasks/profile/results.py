@@ -6,12 +6,18 @@ from pathlib import Path
 
 from pydantic import Field
 
+from tasks.macro.results import Distribution
 from tasks.unit import Result
 
 
 class CaptureLoad(Result):
+    """The load that ran while the profiler recorded: its TPOT is the profiled TPOT."""
+
     requests: int
     duration_s: float
+    concurrency: int = 1
+    failed: int = 0
+    tpot_ms: Distribution | None = None
 
 
 class PendingCapture(Result):
