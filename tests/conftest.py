@@ -18,6 +18,15 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HOME", str(home))
 
 
+def interruptible() -> None:
+    """preexec_fn for a child that a test Ctrl-Cs: a CI runner that starts the tests as a
+    background job hands every child SIGINT ignored (and Python then installs no
+    KeyboardInterrupt handler); a user's terminal does not."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """Run the real `orchestrate` CLI as a user would, in its own process."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

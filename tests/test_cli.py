@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import run_cli, write_command_campaign
+from conftest import interruptible, run_cli, write_command_campaign
 
 from orchestrator.statefile import load_state
 
@@ -174,7 +174,8 @@ def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> N
     write_command_campaign(tmp_path, [("first", "true", []), ("slow", "sleep 30", ["first"]),
                                       ("last", "true", ["slow"])])
     process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=interruptible)
     state_path = tmp_path / "state" / "todo.json"
     for _ in range(200):
         state = load_state(state_path) if state_path.exists() else None

@@ -22,7 +22,12 @@ INFO CPU KV cache size: 7,280 tokens
 INFO init engine (profile, create kv cache, warmup model) took 46.46 s
 INFO:     Application startup complete.
 """
-GPU_LOG = """INFO Model loading took 14.96 GiB and 1.544262 seconds
+GPU_LOG = """INFO Initializing a V1 LLM engine (v0.26.0) with config: model='/m', dtype=torch.bfloat16, quantization=compressed-tensors, enforce_eager=False, kv_cache_dtype=auto
+INFO Using MacheteLinearKernel for CompressedTensorsWNA16
+INFO Using CompressedTensorsWNA16MarlinMoEMethod
+INFO Using 'MARLIN' WNA16 MoE backend out of potential backends: ['MARLIN', 'TRITON']
+INFO Using FLASH_ATTN_MLA attention backend out of potential backends: ['FLASH_ATTN_MLA', 'TRITON_MLA']
+INFO Model loading took 14.96 GiB and 1.544262 seconds
 Capturing CUDA graphs (PIECEWISE): 45%|####5     | 23/51 [00:01<00:01]
 INFO Graph capturing finished in 4 secs, took 0.98 GiB
 INFO init engine (profile, create kv cache, warmup model) took 40.28 s (compilation: 20.07 s)
@@ -47,6 +52,10 @@ def test_vllm_026_gpu_lines_and_a_fatal_line() -> None:
     assert (progress.model_memory_gib, progress.model_load_s) == (14.96, 1.544262)
     assert progress.graph_capture_percent == 45 and progress.graph_capture_s == 4.0
     assert progress.engine_init_s == 40.28
+    assert (progress.quantization, progress.enforce_eager) == ("compressed-tensors", False)
+    assert progress.linear_kernels == ["MacheteLinearKernel for CompressedTensorsWNA16"]
+    assert progress.moe_method == "CompressedTensorsWNA16MarlinMoEMethod (MARLIN backend)"
+    assert progress.attention_backend == "FLASH_ATTN_MLA"
     progress.feed("(EngineCore_DP0 pid=42) ERROR EngineCore failed to start.\n")
     assert progress.fatal_line and "EngineCore failed to start" in progress.fatal_line
 
@@ -152,3 +161,43 @@ def test_capture_fails_soon_listing_what_it_found_when_a_rank_writes_nothing(tmp
     with pytest.raises(TaskFailed, match=r"only ranks \[0\] of 2 .*rank0\.5\.pt\.trace\.json\.gz"):
         await_rank_traces(session, set(), 2, appear_s=2)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"],
+     "NCCL AllReduce (ring algorithm, LL protocol)"),
+    (["void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"],
+     "vLLM custom all-reduce, one-stage (one-shot)"),
+    (["_C::shm_allreduce", "_C::shm_all_gather"], "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"),
+    (["_C::shm_all_gather"], None),
+])
+def test_the_all_reduce_implementation_is_named_from_the_trace(names: list[str], expected: str | None) -> None:
+    from tasks.synthesis.server_ran import allreduce_implementation
+
+    assert allreduce_implementation(names) == expected
+
+
+def test_a_quantized_config_that_ran_unquantized_kernels_is_flagged() -> None:
+    from tasks.analysis.results import RankBreakdown
+    from tasks.model import model_facts
+    from tasks.service import LoadSummary
+    from tasks.synthesis.server_ran import server_ran_section
+
+    config = json.loads((Path(__file__).parent / "data" / "configs" / "llama_3_1_8b.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+    facts = model_facts(config, "/m", False, Path("/m/config.json"), 1)
+    assert facts.weight_dtype == "w4a16"
+
+    def rank0(kernel: str) -> RankBreakdown:
+        figures = {"ms_per_step": 4.0, "calls_per_step": 224.0, "mean_us_per_call": 17.0, "p50_us_per_call": 15.0}
+        return RankBreakdown.model_validate({
+            "rank": 0, "kind": "gpu", "decode_steps": 30, "prefill_steps": 1, "device_ms_per_step": 4.3,
+            "busy_union_ms_per_step": 4.3, "wall_ms_per_step": 4.5, "categories": {},
+            "communication_calls_per_step": {}, "communication_by_name_per_step": {},
+            "top_kernels": [{"name": kernel, "category": "gemm", **figures}], "unmatched_names": [], "trace": "t"})
+
+    load = LoadSummary(phase="ready", quantization="gptq")
+    flagged = server_ran_section(load, rank0("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_TNN"), facts)
+    assert "**The model's config.json declares w4a16 weights, but no traced GEMM kernel is a quantized one" in flagged
+    fine = server_ran_section(load, rank0("void marlin::Marlin<__nv_bfloat16, 4, 8, 8, 8, 4, 8, true, 0>"), facts)
+    assert "declares w4a16" not in fine

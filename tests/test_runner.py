@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import interruptible
 
 from orchestrator.campaign import Campaign, TaskContext, TaskSpec, validate_graph
 from orchestrator.errors import InputError, TaskFailed
@@ -147,7 +148,8 @@ def test_a_detached_server_survives_ctrl_c_at_the_controllers_terminal(tmp_path:
     controller = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from orchestrator.hosts.local import LocalHost;"
          f" print(LocalHost().start_detached(['sleep', '120'], '{tmp_path}/log', '{tmp_path}/pid'), flush=True);"
-         " time.sleep(60)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+         " time.sleep(60)"], stdout=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=interruptible)
     pid = int(controller.stdout.readline())
     host = LocalHost()
     try:

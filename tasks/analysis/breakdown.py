@@ -52,7 +52,8 @@ class Classifier:
 
 
 def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> dict[str, Any]:
-    """One rank's decode-step breakdown: per category calls, µs a call, ms a step, share."""
+    """One rank's decode-step breakdown (per category calls, µs a call, ms a step, share), with
+    prefill and mixed steps broken down beside it."""
     columns = read_columns(path)
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
@@ -65,13 +66,18 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
                          " was it captured through vLLM's /start_profile?")
     starts = np.array([ts for ts, _, _ in steps])
     ends = starts + np.array([dur for _, dur, _ in steps])
-    decode = np.zeros(len(steps), dtype=bool)
-    prefill_steps = 0
+    # Each step's kind from its annotation: decode (no prefill tokens), prefill (no decode
+    # tokens) or mixed (vLLM batches both); an unparsed name is none of them.
+    kinds = np.full(len(steps), "", dtype=object)
+    prefill_tokens = np.zeros(len(steps))
+    decode_tokens = np.zeros(len(steps))
     for index, (_, _, name) in enumerate(steps):
-        match = STEP.search(name)
-        if match:
-            decode[index] = match[2] == "0" and int(match[4]) > 0
-            prefill_steps += match[2] != "0"
+        if match := STEP.search(name):
+            context, generation = int(match[2]), int(match[4])
+            decode_tokens[index] = generation
+            kinds[index] = ("decode" if context == 0 and generation > 0 else
+                            "prefill" if generation == 0 and context > 0 else "mixed" if context else "")
+            prefill_tokens[index] = context
     if kind == "gpu":
         ts, dur, name_ids = columns.arrays("device")
         busy = dur
@@ -80,14 +86,40 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     step_of = np.searchsorted(starts, ts, side="right") - 1
     inside = step_of >= 0
     inside[inside] &= ts[inside] <= ends[step_of[inside]]
-    inside[inside] &= decode[step_of[inside]]
-    ts, dur, name_ids, step_of, busy = ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside]
-
-    name_us = np.bincount(name_ids, weights=dur, minlength=len(columns.names))
-    name_calls = np.bincount(name_ids, minlength=len(columns.names))
+    events = (ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside])
     category_of_name = [classify(name) for name in columns.names]
-    decode_steps = int(decode.sum())
-    per_step = max(decode_steps, 1)
+    figures = {step_kind: _figures(kinds == step_kind, events, starts, ends, columns.names,
+                                   category_of_name, classify.categories)
+               for step_kind in ("decode", "prefill", "mixed")}
+    decode = figures["decode"]
+    others = {}
+    for step_kind in ("prefill", "mixed"):
+        chosen = kinds == step_kind
+        if chosen.any():
+            other = figures[step_kind]
+            others[step_kind] = {
+                "steps": int(chosen.sum()), "prefill_tokens_per_step": float(prefill_tokens[chosen].mean()),
+                **{key: other[key] for key in ("device_ms_per_step", "busy_union_ms_per_step",
+                                               "wall_ms_per_step", "categories")},
+                "top_kernels": other["top_kernels"][:5]}
+    is_decode = kinds == "decode"
+    return {
+        "rank": rank, "kind": kind, "decode_steps": int(is_decode.sum()),
+        "decode_tokens_per_step": float(decode_tokens[is_decode].mean()) if is_decode.any() else 0.0,
+        "prefill_steps": int((kinds == "prefill").sum()), "mixed_steps": int((kinds == "mixed").sum()),
+        **decode, "other_steps": others, "trace": str(path),
+    }
+
+
+def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndarray, ends: np.ndarray,
+             names: list[str], category_of_name: list[str], categories_declared: tuple[str, ...]) -> dict[str, Any]:
+    """The breakdown over the chosen steps: per category calls, µs a call, ms a step, share."""
+    ts, dur, name_ids, step_of, busy = events
+    keep = chosen[step_of]
+    ts, dur, name_ids, step_of, busy = ts[keep], dur[keep], name_ids[keep], step_of[keep], busy[keep]
+    name_us = np.bincount(name_ids, weights=dur, minlength=len(names))
+    name_calls = np.bincount(name_ids, minlength=len(names))
+    per_step = max(int(chosen.sum()), 1)
     category_us: dict[str, float] = {}
     category_calls: dict[str, int] = {}
     for index in np.nonzero(name_calls)[0]:
@@ -97,10 +129,10 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     device_us = sum(category_us.values())
     # Medians beside the means: a heavy tail (a CPU all-reduce waiting for a descheduled rank,
     # a kernel queued behind another) shows as a mean far above the typical call.
-    category_index = {category: i for i, category in enumerate(classify.categories)}
+    category_index = {category: i for i, category in enumerate(categories_declared)}
     event_category = np.array([category_index[c] for c in category_of_name] or [-1])[name_ids]
     categories = {}
-    for category in classify.categories:  # every declared category, so the table is complete
+    for category in categories_declared:  # every declared category, so the table is complete
         total_us, calls = category_us.get(category, 0.0), category_calls.get(category, 0)
         categories[category] = {
             "calls_per_step": calls / per_step,
@@ -111,27 +143,25 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
         }
     comm_name = np.array([category == "communication" for category in category_of_name] or [False], dtype=bool)
     is_comm = comm_name[name_ids]
-    comm_per_step = np.bincount(step_of[is_comm], minlength=len(steps))[decode]
+    comm_per_step = np.bincount(step_of[is_comm], minlength=len(starts))[chosen]
     top = np.argsort(-name_us)[:15]
     return {
-        "rank": rank, "kind": kind, "decode_steps": decode_steps, "prefill_steps": prefill_steps,
         "device_ms_per_step": device_us / 1000 / per_step,
         "busy_union_ms_per_step": _union_us(ts, busy, step_of) / 1000 / per_step,
-        "wall_ms_per_step": float((ends - starts)[decode].sum()) / 1000 / per_step,
+        "wall_ms_per_step": float((ends - starts)[chosen].sum()) / 1000 / per_step,
         "categories": categories,
         "communication_calls_per_step": {int(k): int(v) for k, v in sorted(Counter(comm_per_step.tolist()).items())},
         "communication_by_name_per_step": {
-            columns.names[i]: int(name_calls[i]) / per_step for i in np.nonzero(name_calls)[0]
+            names[i]: int(name_calls[i]) / per_step for i in np.nonzero(name_calls)[0]
             if category_of_name[i] == "communication"},
-        "top_kernels": [{"name": columns.names[i], "category": category_of_name[i],
+        "top_kernels": [{"name": names[i], "category": category_of_name[i],
                          "ms_per_step": float(name_us[i]) / 1000 / per_step,
                          "calls_per_step": int(name_calls[i]) / per_step,
                          "mean_us_per_call": float(name_us[i]) / int(name_calls[i]),
                          "p50_us_per_call": float(np.median(dur[name_ids == i]))}
                         for i in top if name_calls[i]],
-        "unmatched_names": [columns.names[i] for i in np.argsort(-name_calls)
+        "unmatched_names": [names[i] for i in np.argsort(-name_calls)
                             if name_calls[i] and category_of_name[i] == OTHER][:20],
-        "trace": str(path),
     }
 
 

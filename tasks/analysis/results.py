@@ -24,11 +24,27 @@ class KernelFigures(Result):
     p50_us_per_call: float
 
 
+class OtherSteps(Result):
+    """Prefill or mixed (prefill + decode batched) steps, broken down like decode steps."""
+
+    steps: int
+    prefill_tokens_per_step: float
+    device_ms_per_step: float
+    busy_union_ms_per_step: float
+    wall_ms_per_step: float
+    categories: dict[str, CategoryFigures]
+    top_kernels: list[KernelFigures]
+
+
 class RankBreakdown(Result):
+    """The decode-step figures at the top level; prefill and mixed steps in ``other_steps``."""
+
     rank: int
     kind: str = Field(description="'gpu' (device events) or 'cpu' (CPU ops)")
     decode_steps: int
+    decode_tokens_per_step: float = Field(0.0, description="sequences decoded a step: the GEMMs' M")
     prefill_steps: int
+    mixed_steps: int = 0
     device_ms_per_step: float
     busy_union_ms_per_step: float
     wall_ms_per_step: float
@@ -38,6 +54,7 @@ class RankBreakdown(Result):
     communication_by_name_per_step: dict[str, float]
     top_kernels: list[KernelFigures]
     unmatched_names: list[str]
+    other_steps: dict[str, OtherSteps] = Field(default_factory=dict, description="'prefill', 'mixed'")
     trace: str
 
     def dominant_category(self) -> str | None:

@@ -25,8 +25,12 @@ def breakdown_section(findings: Findings) -> str:
              " every category of the rules file is listed, so shares sum to 100."
              f" Source: {findings.link(analysis.artifact)}.\n\n")
     for rank in analysis.ranks:
-        text += (f"### Rank {rank.rank} ({rank.kind}): {rank.decode_steps} decode steps\n\n"
-                 f"Sum of device work {rank.device_ms_per_step:.3f} ms a step; union of busy time"
+        text += f"### Rank {rank.rank} ({rank.kind}): {rank.decode_steps} decode steps\n\n"
+        if not rank.decode_steps:
+            text += ("**No decode steps in this trace** (" + ", ".join(
+                f"{other.steps} {name}" for name, other in rank.other_steps.items()) + " steps): the"
+                " decode breakdown below is empty; the prefill breakdown follows it.\n\n")
+        text += (f"Sum of device work {rank.device_ms_per_step:.3f} ms a step; union of busy time"
                  f" {rank.busy_union_ms_per_step:.3f} ms; wall step time {rank.wall_ms_per_step:.3f} ms"
                  " (a sum above the union means overlap across streams; wall above the union is idle"
                  f" or unattributed host time). Trace: {findings.link(rank.trace, Path(rank.trace).name)}.\n\n")
@@ -39,6 +43,13 @@ def breakdown_section(findings: Findings) -> str:
             ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
             [[k.name[:90], k.category, fmt(k.calls_per_step, 1), fmt(k.mean_us_per_call, 1),
               fmt(k.p50_us_per_call, 1), fmt(k.ms_per_step, 3)] for k in rank.top_kernels[:10]])
+        for name, other in rank.other_steps.items():
+            text += (f"\n{name.capitalize()} steps: {other.steps}, {other.prefill_tokens_per_step:.0f} prefill"
+                     f" tokens a step, device work {other.device_ms_per_step:.3f} ms a step, wall"
+                     f" {other.wall_ms_per_step:.3f} ms:\n\n")
+            text += md_table(["category", "calls a step", "ms a step", "share %"],
+                             [[c, fmt(v.calls_per_step, 1), fmt(v.ms_per_step, 3), fmt(v.share_pct, 1)]
+                              for c, v in other.categories.items() if v.calls_per_step])
         if rank.unmatched_names:
             text += "\nUnmatched names (counted as other; extend the rules): " + ", ".join(
                 f"`{n[:60]}`" for n in rank.unmatched_names[:10]) + "\n"

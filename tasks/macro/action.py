@@ -19,7 +19,7 @@ LOADGEN_SCRIPT = Path(__file__).parent / "remote" / "loadgen.py"
 
 def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_tokens: int) -> list[str]:
     """The load client's options shared by the benchmarks and the capture."""
-    vocab = ctx.result_of("model_facts", ModelFacts).vocab_size
+    vocab = ctx.result_of("model_facts", ModelFacts).prompt_vocab
     return ["--port", str(session.config.service.port), "--model", served_name(session),
             "--input-tokens", str(input_tokens), "--output-tokens", str(output_tokens),
             "--vocab", str(vocab)]

@@ -32,10 +32,18 @@ class ModelFacts(Result):
     model_type: str | None
     config_artifact: str
     vocab_size: int
+    tokenizer_vocab_size: int | None = Field(
+        None, description="tokens the model folder's tokenizer.json knows; prompts stay below it")
     weight_dtype: str = Field(description="what config.json declares; the trace shows what ran")
     group_size: int | None
     shapes: ModelShapes | None = Field(description="per-rank GEMM shapes; None when the family is unknown")
     shapes_error: str | None = None
+
+    @property
+    def prompt_vocab(self) -> int:
+        """Token ids a random prompt may use: valid for the model and for its tokenizer (a
+        dummy-weight model may pair a full-size config with a small tokenizer)."""
+        return min(self.vocab_size, self.tokenizer_vocab_size or self.vocab_size)
 
     def require_shapes(self) -> ModelShapes:
         if self.shapes is None:
@@ -47,7 +55,17 @@ def model_path(session: Session) -> str:
     return session.config.service.model or f"{session.workdir}/models/tiny-llama"
 
 
-def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: Path, tp: int) -> ModelFacts:
+TOKENIZER_SIZE = (
+    "import json, sys\n"
+    "try: d = json.load(open(sys.argv[1] + '/tokenizer.json'))\n"
+    "except (OSError, ValueError): sys.exit(0)\n"
+    "ids = list(d.get('model', {}).get('vocab', {}).values()) + [t['id'] for t in d.get('added_tokens', [])]\n"
+    "print(max(ids) + 1 if ids else '')\n"
+)
+
+
+def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: Path, tp: int,
+                tokenizer_vocab_size: int | None = None) -> ModelFacts:
     """Typed facts from a config.json; a family we cannot derive shapes for is kept as a reason,
     so phases that need no shapes (serving, capture) still run."""
     try:
@@ -58,6 +76,7 @@ def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: P
     text = config.get("text_config", config) if "vocab_size" not in config else config
     return ModelFacts(model=model, generated=generated, model_type=config.get("model_type"),
                       config_artifact=str(artifact), vocab_size=int(text.get("vocab_size", 32000)),
+                      tokenizer_vocab_size=tokenizer_vocab_size,
                       weight_dtype=weight_dtype, group_size=group, shapes=shapes, shapes_error=error)
 
 
@@ -77,7 +96,9 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                 raise TaskFailed(f"{model}/config.json on {host.name}: not valid JSON ({err})") from None
         artifact = ctx.artifacts_dir / "config.json"
         write_atomic(artifact, json.dumps(config, indent=2).encode())
-        return model_facts(config, model, generated, artifact, session.config.service.tensor_parallel)
+        size = host.run([session.python, "-c", TOKENIZER_SIZE, model], check=False, timeout_s=120).stdout.strip()
+        return model_facts(config, model, generated, artifact, session.config.service.tensor_parallel,
+                           int(size) if size.isdigit() else None)
 
     inputs = {"host": host_identity(session.config),
               "service": session.config.service.model_dump(include={"model", "tensor_parallel"})}

@@ -49,6 +49,12 @@ class LoadSummary(Result):
     graph_capture_s: float | None = None
     engine_init_s: float | None = None
     kv_cache_tokens: int | None = None
+    quantization: str | None = None
+    enforce_eager: bool | None = None
+    cudagraph_mode: str | None = None
+    attention_backend: str | None = None
+    linear_kernels: list[str] = Field(default_factory=list)
+    moe_method: str | None = None
     startup_complete: bool = False
     fatal_line: str | None = None
     lines_seen: int = 0

@@ -8,6 +8,9 @@ Formats (vLLM 0.32, CPU and GPU; ../shared/FACTS.md):
   Graph capturing finished in 12 secs, took 0.5 GiB
   init engine (profile, create kv cache, warmup model) took 46.46 s
   Application startup complete.
+and what the server chose: `quantization=...`, `enforce_eager=...`, `cudagraph_mode`, `Using
+FLASH_ATTN attention backend`, `Using MacheteLinearKernel for CompressedTensorsWNA16`,
+`Using CompressedTensorsWNA16MarlinMoEMethod`, `Using 'MARLIN' WNA16 MoE backend`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ MODEL_LOAD = re.compile(r"Model loading took ([\d.]+) GiB(?: memory)? and ([\d.]
 GRAPHS = re.compile(r"Capturing CUDA graphs[^:]*:\s*(\d+)%")
 GRAPHS_DONE = re.compile(r"Graph capturing finished in ([\d.]+) secs")
 ENGINE_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+QUANTIZATION = re.compile(r"\bquantization=([\w-]+)")
+ENFORCE_EAGER = re.compile(r"\benforce_eager=(True|False)")
+CUDAGRAPH_MODE = re.compile(r"cudagraph_mode'?\s*[:=]\s*<?CUDAGraphMode\.(\w+)")
+ATTENTION_BACKEND = re.compile(r"Using (\w+) attention backend")
+LINEAR_KERNEL = re.compile(r"Using (\w+Kernel) for (\w+)")
+MOE_METHOD = re.compile(r"Using (\w+MoEMethod)")
+MOE_BACKEND = re.compile(r"Using '(\w+)' [\w ]*MoE backend")
 KV_CACHE = re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens")
 FATAL = [
     re.compile(r"Engine core initialization failed"),
@@ -56,6 +66,12 @@ class LoadProgress:
     graph_capture_s: float | None = None
     engine_init_s: float | None = None
     kv_cache_tokens: int | None = None
+    quantization: str | None = None
+    enforce_eager: bool | None = None
+    cudagraph_mode: str | None = None
+    attention_backend: str | None = None
+    linear_kernels: list[str] = field(default_factory=list)
+    moe_method: str | None = None
     startup_complete: bool = False
     fatal_line: str | None = None
     lines_seen: int = 0
@@ -100,15 +116,33 @@ class LoadProgress:
         if match := ENGINE_INIT.search(line):
             self.engine_init_s = float(match[1])
             self.phase = "starting API server"
+        self._server_choices(line)
         if "Application startup complete" in line:
             self.startup_complete = True
             self.phase = "ready"
         if self.fatal_line is None and any(pattern.search(line) for pattern in FATAL):
             self.fatal_line = line.strip()
 
+    def _server_choices(self, line: str) -> None:
+        """What vLLM chose: quantization, graphs, attention backend, GEMM and MoE kernels."""
+        if self.quantization is None and (match := QUANTIZATION.search(line)):
+            self.quantization = match[1]
+        if self.enforce_eager is None and (match := ENFORCE_EAGER.search(line)):
+            self.enforce_eager = match[1] == "True"
+        if self.cudagraph_mode is None and (match := CUDAGRAPH_MODE.search(line)):
+            self.cudagraph_mode = match[1]
+        if match := ATTENTION_BACKEND.search(line):
+            self.attention_backend = match[1]
+        if (match := LINEAR_KERNEL.search(line)) and f"{match[1]} for {match[2]}" not in self.linear_kernels:
+            self.linear_kernels.append(f"{match[1]} for {match[2]}")
+        if match := MOE_METHOD.search(line):
+            self.moe_method = match[1]
+        if match := MOE_BACKEND.search(line):
+            self.moe_method = f"{self.moe_method or 'MoE'} ({match[1]} backend)"
+
     def summary(self) -> dict[str, object]:
         return {key: value for key, value in self.__dict__.items()
-                if not key.startswith("_") and value is not None}
+                if not key.startswith("_") and value is not None and value != []}
 
     def describe(self) -> str:
         parts = [self.phase]

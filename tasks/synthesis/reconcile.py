@@ -1,0 +1,105 @@
+"""Reconciliation: what the microbenchmarks predict for one decode step against what the trace
+measured, and the trace's step against the TPOT the client measured while it was recorded."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tasks.gemm.results import GemmResult
+from tasks.model.shapes import ModelShapes
+from tasks.profile.results import CaptureManifest
+from tasks.synthesis.figures import KeyFigures
+from tasks.view import fmt
+
+W4A16_COMPARISON = " (as W4A16)"
+
+
+@dataclass
+class GemmPrediction:
+    m: int
+    ms_per_step: float
+    calls_per_step: float
+    missing: list[str]
+
+
+def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, experts: bool) -> GemmPrediction | None:
+    """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
+    step, in the format the model runs (not the what-if W4A16 rows); None when no M was timed."""
+    timed = {(row.name, row.m): row.us for row in gemm.rows
+             if row.us is not None and not row.name.endswith(W4A16_COMPARISON)}
+    measured_m = sorted({m for _, m in timed})
+    if not measured_m:
+        return None
+    wanted = max(1, round(decode_tokens))
+    m = min(measured_m, key=lambda value: (abs(value - wanted), value))
+    total_us = calls = 0.0
+    missing = []
+    for layer in shapes.layers:
+        if layer.name.startswith("expert_") != experts:
+            continue
+        rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
+        count = 1.0 if layer.name == "lm_head" else layer.count_per_layer * shapes.num_layers
+        us = timed.get((layer.name, rows_m))
+        if us is None:
+            missing.append(layer.name)
+            continue
+        total_us += us * count
+        calls += count
+    return GemmPrediction(m=m, ms_per_step=total_us / 1000, calls_per_step=calls, missing=missing)
+
+
+def gemm_rows(figures: KeyFigures) -> list[list[str]]:
+    rank0, gemm = figures.rank0, figures.gemm
+    shapes = figures.model.shapes if figures.model else None
+    if not (rank0 and gemm and shapes):
+        return []
+    rows = []
+    for experts, category in ((False, "gemm"), (True, "moe")):
+        prediction = predict_gemm(shapes, gemm, rank0.decode_tokens_per_step or 1, experts)
+        traced = rank0.categories.get(category)
+        if prediction is None or not prediction.calls_per_step or traced is None:
+            continue
+        ratio = prediction.ms_per_step / traced.ms_per_step if traced.ms_per_step else None
+        verdict = f"micro/trace = {fmt(ratio)}"
+        if ratio is not None and abs(ratio - 1) > 0.15:
+            verdict += (" (outside 15%: the bench times each GEMM alone on warm, rotated weights;"
+                        " the server's kernels, launch gaps and caches differ, see the top kernels)")
+        if prediction.missing:
+            verdict += f"; not timed: {', '.join(prediction.missing)}"
+        what = "routed-expert GEMMs" if experts else "GEMMs"
+        rows.append([f"{what} ms a decode step (M={prediction.m})",
+                     f"micro: {fmt(prediction.ms_per_step, 3)} ({prediction.calls_per_step:.0f} calls)",
+                     f"trace ({category}): {fmt(traced.ms_per_step, 3)} ({traced.calls_per_step:.0f} calls)",
+                     verdict])
+    return rows
+
+
+def step_vs_tpot_rows(figures: KeyFigures, capture: CaptureManifest | None) -> list[list[str]]:
+    """The trace's wall step against the TPOT of the very requests it recorded (profiler on),
+    and that TPOT against the single stream without the profiler: the profiler's own cost."""
+    rank0 = figures.rank0
+    if not rank0:
+        return []
+    profiled = capture.load.tpot_ms.mean if capture and capture.load and capture.load.tpot_ms else None
+    rows = []
+    if profiled:
+        residual = profiled - rank0.wall_ms_per_step
+        rows.append(["decode step vs TPOT (profiled requests, c=1)",
+                     f"trace wall step: {fmt(rank0.wall_ms_per_step, 3)} ms",
+                     f"TPOT while profiling: {fmt(profiled, 3)} ms",
+                     f"residual {residual:.3f} ms ({residual / profiled * 100:.0f}% of TPOT): "
+                     + ("time between engine steps (scheduling, API server, detokenization, streaming)"
+                        if residual >= 0 else "steps overlap the next one's preparation (async"
+                        " scheduling), so a token arrives faster than a step's annotated span")])
+    if profiled and figures.decode_tpot_ms:
+        overhead = profiled / figures.decode_tpot_ms
+        rows.append(["profiler overhead (c=1)", f"TPOT without profiler: {fmt(figures.decode_tpot_ms, 3)} ms",
+                     f"with: {fmt(profiled, 3)} ms", f"with/without = {fmt(overhead)}"
+                     + (": the trace's absolute times are inflated by that much" if overhead > 1.1 else "")])
+    elif figures.decode_tpot_ms:
+        residual = figures.decode_tpot_ms - rank0.wall_ms_per_step
+        rows.append(["decode step vs TPOT", f"trace wall step: {fmt(rank0.wall_ms_per_step, 3)} ms",
+                     f"single-stream TPOT: {fmt(figures.decode_tpot_ms, 3)} ms",
+                     f"residual {residual:.3f} ms ({residual / figures.decode_tpot_ms * 100:.0f}% of TPOT)"])
+    return rows
