@@ -42,7 +42,7 @@ def assemble(tmp_path: Path, **changes: dict) -> str:
 def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> None:
     text = assemble(tmp_path)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings == ["## Summary", "## Setup", "## Phase 1: serving benchmarks",
+    assert headings == ["## Summary", "## Setup", "## What the server ran", "## Phase 1: serving benchmarks",
                         "## Decode-step breakdown (profiler traces)",
                         "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes",
                         "## Phase 2b: all-reduce microbenchmarks at decode sizes", "## Cross-checks",
@@ -55,6 +55,9 @@ def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> 
     single = state["macro_single"].result["single_stream"]
     assert f"Single-stream TPOT {single['tpot_ms']['mean']:.2f} ms" in text
     assert "| all-reduces a decode step | config: 9 | trace: 9.0 | match |" in text
+    # GEMMs reconciled call for call: 4 layers x (qkv, o, gate_up, down) + lm_head, micro and trace.
+    assert "(17 calls) | trace (gemm): " in text and "(17 calls) | micro/trace = " in text
+    assert "| all-reduce implementation (trace) | vLLM CPU shared-memory all-reduce (_C::shm_allreduce) |" in text
     # Every category the rules declare has a row in each rank's table.
     for category in Classifier().categories:
         assert text.count(f"\n| {category} | ") >= 2, category

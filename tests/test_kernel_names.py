@@ -54,6 +54,19 @@ NAMES = {
     "_apply_write_kernel": "step_prep",
     "_C::compute_slot_mapping_kernel_impl": "step_prep",
     "_C::get_scheduler_metadata": "step_prep",
+    # more from the H200 campaigns' traces (vLLM 0.26: Llama-8B bf16 and W4A16, Qwen3-MoE, Kimi-K2-shaped)
+    "void router_gemm_kernel_float_output<__nv_bfloat16, 128, 8, 1, 384, 7168>(float*, __nv_bfloat16 const*, __nv_bfloat16 const*)": "gemm",
+    "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, machete::MacheteCollectiveMma<cute::tuple<cutlass::vllm_uint4b8_t": "gemm",
+    "void vllm::moe::grouped_topk_fused_small_expert_count_kernel<float, float, int, (vllm::moe::ScoringFunc)1, 384, false, 8>(float*, float*, int*, float": "moe",
+    "void vllm::moe::moe_sum_vec_kernel<c10::BFloat16, int, 8, false>(c10::BFloat16*, c10::BFloat16 const*, long, int, long, long, int const*, int const*": "moe",
+    "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, int*, unsigned long, int, int, int, bool)": "moe",
+    "void flash::prepare_varlen_num_blocks_kernel<1, false>(int, int, int, int const*, int const*, int const*, int const*, int const*, int const*, int, int": "attention",
+    "triton_poi_fused_machete_mm_mul_silu_slice_1": "norm_elementwise",  # Inductor prologue, not the GEMM
+    "triton_red_fused_fused_add_rms_norm_moe_forward_0": "norm_elementwise",
+    "_post_update_kernel": "step_prep",
+    "_prepare_prefill_inputs_kernel": "step_prep",
+    "_gumbel_sample_kernel": "sampling",
+    "Memcpy HtoD (Pinned -> Device)": "memcpy",
     # sampling, norms and elementwise (incl. torch.compile's Triton fusions), copies
     "_C::greedy_argmax": "sampling",
     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>": "sampling",

@@ -31,17 +31,24 @@ OTHER = "other"
 class Classifier:
     """Name -> category by the first matching rule; cached, since names repeat a million times.
 
-    The rules file is the one place categories are declared: ``categories`` is its categories
-    in file order, then "other" for names no rule matches."""
+    The rules file is the one place categories are declared: ``categories`` is its
+    `categories` list (or, without one, the rules' categories in file order), then "other" for
+    names no rule matches."""
 
     def __init__(self, rules_path: Path = RULES_PATH) -> None:
         try:
-            rules = tomllib.loads(rules_path.read_text())["rule"]
-            self.rules = [(rule["category"], re.compile("|".join(rule["patterns"]), re.I)) for rule in rules]
+            document = tomllib.loads(rules_path.read_text())
+            self.rules = [(rule["category"], re.compile("|".join(rule["patterns"]), re.I))
+                          for rule in document["rule"]]
         except (KeyError, TypeError, tomllib.TOMLDecodeError, re.error) as err:
             raise InputError(f"{rules_path}: bad rules file ({err}); each [[rule]] needs category and patterns") from None
+        declared = document.get("categories") or list(dict.fromkeys(category for category, _ in self.rules))
+        undeclared = sorted({category for category, _ in self.rules} - set(declared))
+        if undeclared:
+            raise InputError(f"{rules_path}: field 'categories': rules use {', '.join(undeclared)}, which the"
+                             " list does not declare; add them to `categories`")
         self.cache: dict[str, str] = {}
-        self.categories = tuple(dict.fromkeys([category for category, _ in self.rules] + [OTHER]))
+        self.categories = tuple(dict.fromkeys([*declared, OTHER]))
 
     def __call__(self, name: str) -> str:
         category = self.cache.get(name)
@@ -60,7 +67,8 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
     wanted = "gpu_user_annotation" if kind == "gpu" and any(
         cat == "gpu_user_annotation" for cat, *_ in columns.steps) else "user_annotation"
-    steps = sorted((ts, dur, name) for cat, name, ts, dur in columns.steps if cat == wanted)
+    steps = merge_stream_ranges(sorted(((ts, dur, name, tid) for cat, name, ts, dur, tid in columns.steps
+                                        if cat == wanted), key=lambda step: (step[0], -step[1])))
     if not steps:
         raise InputError(f"{path}: no vLLM step annotations (execute_context_..._generation_...);"
                          " was it captured through vLLM's /start_profile?")
@@ -109,6 +117,22 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
         "prefill_steps": int((kinds == "prefill").sum()), "mixed_steps": int((kinds == "mixed").sum()),
         **decode, "other_steps": others, "trace": str(path),
     }
+
+
+def merge_stream_ranges(ranges: list[tuple[float, float, str, int | str]]) -> list[tuple[float, float, str]]:
+    """One window a step. Kineto writes a GPU-timeline annotation for each stream that ran work
+    under it (seen on an H200: vLLM's MoE models put a step's shared-expert kernels on a second
+    stream, so every step came twice, once 0.5 ms long, inside the main one). A range on another
+    stream with the same name that starts inside the current step's window is the same step."""
+    merged: list[list] = []
+    for ts, dur, name, tid in ranges:
+        last = merged[-1] if merged else None
+        if last and name == last[2] and tid not in last[3] and ts < last[0] + last[1]:
+            last[1] = max(last[1], ts + dur - last[0])
+            last[3].add(tid)
+        else:
+            merged.append([ts, dur, name, {tid}])
+    return [(ts, dur, name) for ts, dur, name, _ in merged]
 
 
 def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndarray, ends: np.ndarray,

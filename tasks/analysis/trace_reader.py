@@ -61,7 +61,7 @@ class Columns:
     cpu_dur: array = field(default_factory=lambda: array("d"))
     cpu_name: array = field(default_factory=lambda: array("q"))
     cpu_tid: list[int | str] = field(default_factory=list)
-    steps: list[tuple[str, str, float, float]] = field(default_factory=list)  # cat, name, ts, dur
+    steps: list[tuple[str, str, float, float, int | str]] = field(default_factory=list)  # cat, name, ts, dur, tid
 
     def name_ids(self, names: list[str]) -> list[int]:
         index = self._name_index
@@ -83,7 +83,7 @@ class Columns:
             self.cpu_dur.extend([e.dur for e in cpu])
             self.cpu_name.extend(self.name_ids([e.name for e in cpu]))
             self.cpu_tid.extend([e.tid for e in cpu])
-        self.steps.extend((e.cat, e.name, e.ts, e.dur) for e in events
+        self.steps.extend((e.cat, e.name, e.ts, e.dur, e.tid) for e in events
                           if e.cat in STEP_CATS and e.name.startswith("execute_") and e.ph == "X")
 
     def arrays(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -7,6 +7,7 @@ instead of asking the host again.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any, Literal
 
@@ -65,7 +66,12 @@ else: print("missing")' 2>/dev/null
 """
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def parse_sections(text: str) -> dict[str, str]:
+    """`## name` headed sections of the facts script's output (nvidia-smi's colour codes dropped)."""
+    text = ANSI.sub("", text)
     sections: dict[str, str] = {}
     current = None
     for line in text.splitlines():
