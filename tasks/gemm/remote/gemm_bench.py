@@ -156,6 +156,31 @@ def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
     raise RuntimeError("; ".join(errors))
 
 
+def vllm_cpu_linear(weights):
+    """The CPU GEMM vLLM's server runs for a bf16 linear layer, chosen as its CPU dispatch does
+    (vLLM 0.32 `dispatch_cpu_unquantized_gemm`): sgl's AMX `weight_packed_linear` for small
+    weights on AMX CPUs, else oneDNN `onednn_mm` on a handler made from the weight. Returns
+    (functions, kernel name), or (None, why not) when vLLM's CPU ops are not importable."""
+    try:
+        import vllm._custom_ops as ops
+        from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
+    except Exception as err:  # noqa: BLE001 - any import failure means: not vLLM's CPU build
+        return None, f"vLLM's CPU ops not importable ({type(err).__name__})"
+    n, k = weights[0].shape
+    try:
+        if check_cpu_sgl_kernel(n, k, weights[0].dtype):
+            packed = [torch.ops._C.convert_weight_packed(w) for w in weights]
+            return ([(lambda a, p=p: ops.weight_packed_linear_cpu(a, p, n, None)) for p in packed],
+                    "vLLM _C::weight_packed_linear (sgl AMX, as the server)")
+        if ops._supports_onednn:
+            handlers = [ops.create_onednn_mm(w.t(), 32) for w in weights]
+            return ([(lambda a, h=h: ops.onednn_mm(h, a, None)) for h in handlers],
+                    "vLLM _C::onednn_mm (oneDNN, as the server)")
+    except RuntimeError as err:
+        return None, f"vLLM's CPU GEMM failed here: {str(err).splitlines()[0][:120]}"
+    return None, "this vLLM build has no oneDNN GEMM"
+
+
 def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
     m, k, n = shape["m"], shape["k"], shape["n"]
     dtype = shape["dtype"]
@@ -196,9 +221,13 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
         if first[5]:
             row["fp8_finer_scaling_failed"] = first[5]
     else:
-        fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
+        fns, kernel = vllm_cpu_linear(weights) if device == "cpu" else (None, None)
+        if fns is None:
+            fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
+            kernel = ("torch.nn.functional.linear (cuBLAS)" if device == "cuda" else
+                      f"torch.nn.functional.linear (oneDNN/MKL; fallback: {kernel})")
         reference_weights = weights
-        row["kernel"] = "torch.nn.functional.linear (cuBLAS)" if device == "cuda" else "torch.nn.functional.linear (oneDNN/MKL)"
+        row["kernel"] = kernel
     out = fns[0](activations[0])
     reference = activations[0].float() @ reference_weights[0].float().t()
     error = ((out.float() - reference).norm() / reference.norm().clamp(min=1e-12)).item()
