@@ -3,11 +3,13 @@
 It exists to give the load client ground truth: it records when it actually wrote each
 request's first and last token chunks, so client-side TTFT/TPOT can be compared with what
 really happened on the wire. Standard library only. Run as a process:
-    python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS]
+    python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS] [DIE_AFTER]
 GET /stats returns the per-request records; GET /health and /v1/models answer as vLLM's do (the
 model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
-stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`.
+stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`;
+DIE_AFTER=n exits the whole process when the (n+1)-th completion request arrives (a server that
+dies mid-benchmark).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 
 RECORDS: list[dict] = []
 COUNTER = {"n": 0}
+DIE_AFTER = {"n": 0}
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, pace: float,
@@ -53,6 +56,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                 await writer.drain()
                 continue
             COUNTER["n"] += 1
+            if DIE_AFTER["n"] and COUNTER["n"] > DIE_AFTER["n"]:
+                os._exit(1)
             if fail_every and COUNTER["n"] % fail_every == 0:
                 message = b'{"error": "injected failure"}'
                 writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
@@ -98,6 +103,7 @@ async def main() -> None:
     port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
     fail_every, stall_ms, tail_ms = (int(sys.argv[4]) if len(sys.argv) > 4 else 0,
                                      *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]))
+    DIE_AFTER["n"] = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     server = await asyncio.start_server(
         lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every, stall_ms / 1000, tail_ms / 1000),
         "127.0.0.1", port, backlog=1024)

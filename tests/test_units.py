@@ -90,10 +90,9 @@ TINY_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 5
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
 
 
-def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path: Path, pace_server) -> None:
-    """Against a fake server of known pace (adopted as the campaign's server), so the serving
-    phase is real but quick; host and model facts run for real on this machine."""
-    port = pace_server(ttft_ms=5, pace_ms=2)
+def paced_campaign(tmp_path: Path, port: int):
+    """A campaign of the serving phase against a fake server of known pace, adopted as the
+    campaign's server: the serving phase is real but quick; host and model facts run for real."""
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY_CONFIG))
@@ -115,6 +114,11 @@ def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path:
             requests_per_level = 2
             """))
 
+    return write_config
+
+
+def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path: Path, pace_server) -> None:
+    write_config = paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2))
     write_config(8)
     first = run_cli(["resume"], tmp_path, timeout=300)
     assert first.returncode == 0, first.stderr
@@ -138,6 +142,47 @@ def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path:
     assert all(final[t].started_at == after[t].started_at for t in final)
     findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
     assert '"output_tokens": 12' in findings and "Stale results" not in findings
+
+
+def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_server) -> None:
+    """The fake server exits after the single-stream requests (an injected fault): the sweep's
+    requests fail, and the sweep must fail, not be recorded as a benchmark."""
+    paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, die_after=2))(8)
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    todos = load_state(tmp_path / "state" / "todo.json").by_id()
+    assert todos["macro_single"].status == "completed"
+    assert todos["macro_sweep"].status == "failed" and todos["macro_sweep"].result is None
+    assert "stopped answering during the c=1 run (2 of 2 requests failed" in todos["macro_sweep"].error.message
+    assert not (tmp_path / "reports" / "paced" / "findings.md").exists()
+
+
+def test_a_server_group_whose_leader_died_is_found_and_stopped(tmp_path: Path) -> None:
+    """vLLM's API server (the group leader) dies; the engine and TP workers live on holding the
+    accelerators. The lifecycle still owns the group and stops all of it."""
+    import time
+
+    from orchestrator.hosts.local import LocalHost
+    from tasks.config import config_model
+    from tasks.service.lifecycle import ServiceLifecycle
+
+    config = config_model(UNITS).model_validate({"service": {"port": 1}})  # nothing listens on 1
+    session = Session(config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path,
+                      host_factory=LocalHost)
+    lifecycle = ServiceLifecycle(session)
+    host = session.host()
+    pid = host.start_detached(["sh", "-c", "sleep 300 & sleep 300 & exit 0"], str(tmp_path / "log"),
+                              lifecycle.pid_path)
+    for _ in range(100):
+        if not host.is_alive(pid):
+            break
+        time.sleep(0.05)
+    orphans = host.group_pids(pid)
+    assert not host.is_alive(pid) and len(orphans) == 2
+    assert lifecycle.our_pid() == pid
+    facts = lifecycle.ensure_stopped()
+    assert facts["stopped_pid"] == pid and host.group_pids(pid) == []
+    assert lifecycle.our_pid() is None
 
 
 ENGINE_ALONE = """

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
+from orchestrator.errors import TaskFailed
 from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
 from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep
@@ -34,7 +35,21 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
     raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600)
     artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
     write_atomic(artifact, json.dumps(raw).encode())
-    return LevelSummary.model_validate({**summarize(raw), "artifact": str(artifact)})
+    level = LevelSummary.model_validate({**summarize(raw), "artifact": str(artifact)})
+    require_live_server(session, level.failed, level.requests, level.failure_examples, f"c={concurrency}")
+    return level
+
+
+def require_live_server(session: Session, failed: int, requests: int, examples: list[str], run: str) -> None:
+    """Failed requests from a server that no longer answers are no benchmark: the task fails
+    (and `resume` relaunches the server). Failures from a live server are kept and flagged."""
+    if not failed:
+        return
+    status, _ = session.host().http_get(session.config.service.port, "/health", timeout_s=5)
+    if status != 200:
+        raise TaskFailed(f"the vLLM server stopped answering during the {run} run ({failed} of {requests}"
+                         f" requests failed; first: {(examples or ['?'])[0][:200]}); `orchestrate resume`"
+                         " relaunches it and runs this again")
 
 
 def single_stream(session: Session):

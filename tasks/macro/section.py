@@ -31,6 +31,12 @@ def macro_section(findings: Findings) -> str:
              stall_cell(level.stalls), findings.link(level.artifact, "requests")]
             for label, level in runs]
     text += "Latencies in ms; stalls as count (largest, ms).\n\n" + md_table(header, rows)
+    failing = [(label, level) for label, level in runs if level.failed]
+    if failing:
+        text += ("\n**Requests failed** while the server kept answering: " + "; ".join(
+            f"{label}: {level.failed} of {level.requests} (first: `{(level.failure_examples or ['?'])[0][:120]}`)"
+            for label, level in failing) + ". The figures of those runs describe the requests that"
+            " succeeded only.\n")
     cross = [[label, metric, fmt(getattr(level, metric).mean, 3), fmt(entry.server_mean_ms, 3),
               fmt(entry.client_minus_server_pct) + "%"]
              for label, level in runs for metric, entry in level.server.items()]

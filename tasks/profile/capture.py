@@ -19,7 +19,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed
 from tasks.host_json import run_json_script
-from tasks.macro.action import LOADGEN_SCRIPT, load_args
+from tasks.macro.action import LOADGEN_SCRIPT, load_args, require_live_server
 from tasks.macro.metrics import summarize
 from tasks.profile.results import CaptureLoad, CaptureManifest, PendingCapture
 from tasks.service.launch import profiler_dir
@@ -147,9 +147,11 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     if status != 200:
         raise TaskFailed(f"POST /stop_profile answered {status} after {stop_s:.0f} s: {body[:300]}")
     ctx.log(f"/stop_profile returned after {stop_s:.1f} s")
+    summary = summarize(load)
+    require_live_server(session, summary["failed"], len(load["requests"]), summary["failure_examples"],
+                        "profiled")
     ranks = await_rank_traces(session, before, tp)
     wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
-    summary = summarize(load)
     return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
                           stop_profile_s=round(stop_s, 2),
                           load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"],

@@ -66,8 +66,22 @@ class ServiceLifecycle:
             return None
 
     def our_pid(self) -> int | None:
-        pid = self.session.host().read_pid(self.pid_path)
-        return pid if pid is not None and self.session.host().is_alive(pid) else None
+        """The process group of the server we launched while any of it lives: when its leader
+        (the API server) dies, the engine and the TP workers may live on, holding the GPUs."""
+        host = self.session.host()
+        pid = host.read_pid(self.pid_path)
+        if pid is None:
+            return None
+        return pid if host.is_alive(pid) or host.group_pids(pid) else None
+
+    def stop_leaderless(self, ctx: TaskContext, pid: int) -> None:
+        """What is left of a server whose leader died: stopped, so a new one can be launched."""
+        host = self.session.host()
+        ctx.log(f"the server we launched (process group {pid}) lost its API server; stopping"
+                f" what is left of it ({len(host.group_pids(pid))} processes)")
+        if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
+            raise TaskFailed(f"vLLM process group {pid} on {host.name} survived SIGKILL")
+        host.run(f"rm -f {shlex.quote(self.pid_path)}", check=False, timeout_s=30)
 
     # -- the need "service" ---------------------------------------------------------------
     def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
@@ -87,6 +101,9 @@ class ServiceLifecycle:
                                       facts={"adopted": True, "pid": pid, "model": expected})
             return self.known.facts
         pid = self.our_pid()
+        if pid is not None and not self.session.host().is_alive(pid):
+            self.stop_leaderless(ctx, pid)
+            pid = None
         if pid is not None:
             # A controller crash during a long load: follow the load already under way.
             ctx.log(f"a server we launched (pid {pid}) is still loading; following it")
