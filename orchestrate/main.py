@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import cli
+from orchestrator.errors import InputError
 from orchestrator.hosts.base import Host
 from tasks.config import load_config
 from tasks.plan import build_campaign
@@ -28,6 +29,9 @@ def host_for(config: Any) -> Host:
     from orchestrator.hosts.ssh import SSHHost, SSHTarget
 
     cfg = config.host
+    if cfg.identity_file and not Path(cfg.identity_file).expanduser().is_file():
+        raise InputError(f"host.identity_file: {cfg.identity_file} is not a file here; name the private"
+                         " key SSH should use, or leave it out to use ssh_config and the agent")
     alias = cfg.alias or cfg.hostname or ""
     return SSHHost(SSHTarget(
         alias=alias, hostname=cfg.hostname or alias, port=cfg.port, user=cfg.user,

@@ -59,6 +59,7 @@ def main(argv: list[str] | None, open_campaign: CampaignOpener) -> int:
     except SystemExit as exit_:
         return 2 if exit_.code not in (0, None) else 0
     try:
+        _check_paths(args)
         return _dispatch(args, open_campaign)
     except KeyboardInterrupt:
         print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on",
@@ -70,6 +71,22 @@ def main(argv: list[str] | None, open_campaign: CampaignOpener) -> int:
         if tail:
             print("--- last lines ---\n" + tail, file=sys.stderr)
         return err.exit_code
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """The paths the options name, checked before anything is read or written: a folder where
+    a file belongs (or the reverse), or a parent that is a file, is one line, not a traceback."""
+    if args.config is not None and args.config.is_dir():
+        raise InputError(f"{args.config}: is a folder; --config names the campaign's TOML file")
+    if args.state.is_dir():
+        raise InputError(f"{args.state}: is a folder; --state names the todo file (e.g. {args.state}/todo.json)")
+    for parent in args.state.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InputError(f"{args.state}: {parent} is a file, not a folder; choose another --state")
+            break
+    if args.reports.exists() and not args.reports.is_dir():
+        raise InputError(f"{args.reports}: is a file; --reports names a folder for the findings")
 
 
 def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:

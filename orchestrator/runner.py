@@ -8,6 +8,7 @@ runs while it is up, before a task that needs the accelerators free stops it.
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 from orchestrator.campaign import Campaign, TaskContext, TaskSkipped, TaskSpec, validate_graph
 from orchestrator.errors import (
     ConnectionLost,
+    HostError,
     InputError,
     Interrupted,
     OrchestrateError,
@@ -33,6 +35,7 @@ from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, no
 from orchestrator.statefile import StateLock, load_state, save_state
 
 PRIORITY_RANK = {Priority.high: 0, Priority.medium: 1, Priority.low: 2}
+MAX_INTERRUPTIONS = 10
 DONE = (Status.completed, Status.skipped)
 
 
@@ -122,6 +125,8 @@ class Runner:
             for todo in state.todos:
                 if todo.status == Status.failed:
                     todo.status = Status.pending  # `resume` retries failed tasks
+                elif todo.status == Status.in_progress:
+                    self._interrupted(todo)
             self._requeue_stale(state)
             save_state(self.state_path, state)
             while (todo := self._next(state)) is not None:
@@ -135,6 +140,19 @@ class Runner:
                     save_state(self.state_path, state)
             self._finish(state)
             return state
+
+    def _interrupted(self, todo: Todo) -> None:
+        """A todo in progress when we took the lock was cut short by a controller that died
+        (SIGKILL, a crash, the host rebooting): not a failure of the task, so its attempt is
+        given back. A task that keeps killing its controller is counted after a while."""
+        todo.status = Status.pending
+        todo.interruptions += 1
+        if todo.interruptions <= MAX_INTERRUPTIONS:
+            todo.attempts = max(0, todo.attempts - 1)
+            self.log(f"[{todo.id}] was cut short ({todo.interruptions} time(s)): the controller stopped"
+                     " during it; it runs again without using an attempt")
+        else:
+            self.log(f"[{todo.id}] cut short {todo.interruptions} times: counted as an attempt now")
 
     def _requeue_stale(self, state: TodoState) -> None:
         """A completed todo whose inputs changed goes back to pending with its dependents."""
@@ -230,6 +248,10 @@ class Runner:
             tail = getattr(err, "output_tail", "") or ""
             todo.error = TodoError(message=str(err) or repr(err), kind=type(err).__name__,
                                    output_tail=tail_lines(tail, 40))
+            if isinstance(err, InputError | HostError) and not isinstance(err, ConnectionLost):
+                # Bad input or no access (auth, host key, a missing file): not the task's
+                # failure, and retrying changes nothing until the user fixes it.
+                todo.attempts -= 1
             self._close(state, todo, started, Status.failed)
             if isinstance(err, OrchestrateError):
                 raise
@@ -275,6 +297,10 @@ def reset(campaign: Campaign, state_path: Path, task_id: str) -> list[str]:
             if todo.id in ids:
                 _clear(todo)
         save_state(state_path, state)
+        # `reset` means "do it again": a task that keeps what an earlier attempt left (fetched
+        # traces, a pending capture) must not find it.
+        for todo_id in ids:
+            shutil.rmtree(campaign.artifacts_dir / todo_id, ignore_errors=True)
         return ids
 
 

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 STATE_SCHEMA_VERSION = 2
 
@@ -56,7 +56,8 @@ class Todo(Strict):
         default_factory=list,
         description="resources that must hold while it runs, e.g. 'service' or 'accelerators_free'",
     )
-    attempts: int = 0
+    attempts: int = Field(0, ge=0, description="runs that failed or are running; interruptions are not counted")
+    interruptions: int = Field(0, ge=0, description="runs cut short by a controller that died")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     duration_s: float | None = None
@@ -70,11 +71,23 @@ class Todo(Strict):
 
 
 class TodoState(Strict):
+    """The todo file; ids are unique (a duplicate would let `reset` drop a completed result)."""
+
     schema_version: Literal[2] = STATE_SCHEMA_VERSION
     campaign: str
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     updated_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     todos: list[Todo]
+
+    @field_validator("todos")
+    @classmethod
+    def _unique_ids(cls, todos: list[Todo]) -> list[Todo]:
+        seen: set[str] = set()
+        for todo in todos:
+            if todo.id in seen:
+                raise ValueError(f"todo id '{todo.id}' appears twice")
+            seen.add(todo.id)
+        return todos
 
     def by_id(self) -> dict[str, Todo]:
         return {todo.id: todo for todo in self.todos}

@@ -26,6 +26,8 @@ def load_state(path: Path) -> TodoState | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror}); check --state and its permissions") from None
     fix = f"fix or move it aside (e.g. `mv {path} {path}.bad`) and run `orchestrate init`"
     try:
         document = orjson.loads(raw)
@@ -53,7 +55,10 @@ def load_state(path: Path) -> TodoState | None:
 
 def save_state(path: Path, state: TodoState) -> None:
     state.updated_at = now()
-    write_atomic(path, orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    try:
+        write_atomic(path, orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    except OSError as err:
+        raise InputError(f"{path}: cannot be written ({err.strerror}); choose a writable --state") from None
 
 
 class StateLock:
@@ -68,8 +73,12 @@ class StateLock:
         self._fd: int | None = None
 
     def __enter__(self) -> StateLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise InputError(f"{self.path.with_suffix('')}: its folder cannot be written ({err.strerror});"
+                             " choose a writable --state") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

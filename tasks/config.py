@@ -55,16 +55,29 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
             raise InputError(f"{path}: no such config file; check --config")
         return model(), "embedded default"
     fix = "see campaign.example.toml for the keys and their meaning"
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; --config names the campaign's TOML file")
     try:
-        document = tomllib.loads(path.read_text())
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
     try:
         config = model.model_validate(document)
     except ValidationError as err:
         raise InputError(one_line(err, path, fix)) from None
     if config.host.kind == "ssh" and not (config.host.alias or config.host.hostname):
         raise InputError(f"{path}: field 'host.alias': required when host.kind = 'ssh'; name the host")
+    service, macro = getattr(config, "service", None), getattr(config, "macro", None)
+    if service is not None and macro is not None and service.command is None:
+        needed = macro.input_tokens + macro.output_tokens
+        if service.max_model_len < needed:
+            raise InputError(f"{path}: field 'service.max_model_len': {service.max_model_len} is below"
+                             f" macro.input_tokens + macro.output_tokens = {needed}, so vLLM would refuse"
+                             " every request; raise it or shorten the requests")
     return config, str(path)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskSpec
+from orchestrator.errors import InputError
 from orchestrator.report import (
     HUMAN_NOTES_HEADING,
     existing_human_notes,
@@ -29,7 +30,10 @@ from tasks.view import Findings
 def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
                    specs: dict[str, TaskSpec]) -> list[Path]:
     folder = session.reports_dir / state.campaign
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{folder}: cannot be created ({err.strerror}); choose a writable --reports") from None
     document_path = folder / "findings.md"
     notes = existing_human_notes(document_path)
     findings = Findings(session, state, folder, specs)

@@ -28,8 +28,8 @@ def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp
     for index in range(60):
         deps = [f"t{index - 1}"] if index else []
         commands.append((f"t{index}", f"echo t{index} >> {runs}; sleep 0.{random.randint(1, 3)}", deps))
-    # Kills land inside the same task more than once: the attempt limit is for real failures.
-    write_command_campaign(tmp_path, commands, max_attempts=100)
+    # Kills land inside the same task more than once: the attempt limit (3) is for real failures.
+    write_command_campaign(tmp_path, commands, max_attempts=3)
     rng = random.Random(1234)
     kills = 0
     completed_before: list[tuple[set[str], int]] = []
@@ -191,3 +191,26 @@ def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> N
     (tmp_path / "campaign.toml").write_text((tmp_path / "campaign.toml").read_text().replace("sleep 30", "true"))
     assert run_cli(["resume"], tmp_path).returncode == 0
     assert all(t.status == "completed" for t in load_state(state_path).todos)
+
+
+def test_three_kills_inside_one_task_need_no_reset(tmp_path: Path) -> None:
+    write_command_campaign(tmp_path, [("long", "sleep 3", []), ("after", "true", ["long"])], max_attempts=3)
+    state_path = tmp_path / "state" / "todo.json"
+    started = None
+    for _ in range(3):
+        process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(400):  # this run's attempt is under way (not the last run's leftover)
+            state = load_state(state_path) if state_path.exists() else None
+            todo = state.by_id()["long"] if state else None
+            if todo and todo.status == "in_progress" and todo.started_at != started:
+                started = todo.started_at
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    final = run_cli(["resume"], tmp_path)
+    assert final.returncode == 0, final.stderr
+    assert final.stdout.count("cut short") == 1  # said once, when it was found
+    long = load_state(state_path).by_id()["long"]
+    assert long.status == "completed" and long.attempts == 1 and long.interruptions == 3

@@ -265,3 +265,32 @@ def test_no_import_cycles_and_no_module_over_400_lines() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [])
+
+
+def test_a_secret_in_service_env_is_in_no_written_file(tmp_path: Path) -> None:
+    """The server's launch fails (an injected fault: its command exits at once), so the secret
+    passes through the launch, the failure message and the log tail: it must land nowhere."""
+    secret = "hf_topsecret_0123456789"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(TINY_CONFIG))
+    (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+        [campaign]
+        name = "secret"
+        phases = ["service"]
+        [service]
+        model = "{model}"
+        port = 1
+        command = ["sh", "-c", "echo starting with $HF_TOKEN set; exit 3"]
+        env = {{ HF_TOKEN = "{secret}" }}
+        """))
+    result = run_cli(["resume"], tmp_path, timeout=120)
+    assert result.returncode == 1
+    todo = load_state(tmp_path / "state" / "todo.json").by_id()["service_ready"]
+    assert todo.status == "failed" and "exited during start" in todo.error.message
+    assert todo.inputs["service"]["env"]["HF_TOKEN"].startswith("sha256:")
+    assert secret not in result.stdout + result.stderr
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "campaign.toml"]
+    leaked = [p for p in written if secret.encode() in p.read_bytes()]
+    # The server's own log is the host's business (vLLM may print its environment); ours hold none.
+    assert [p.name for p in leaked if p.name != "vllm.log"] == []

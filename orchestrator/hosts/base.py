@@ -68,7 +68,11 @@ class Host(ABC):
         check: bool = True,
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
+        redact: Sequence[str] = (),
     ) -> CommandResult:
+        """Run a command; a failure raises CommandFailed with the command as written, except
+        environment values and ``redact``: those are masked (tokens in `service.env` must never
+        reach an error message, the todo file or the findings)."""
         command = quote_command(argv)
         if env:
             exports = " ".join(shlex.quote(f"{key}={value}") for key, value in env.items())
@@ -77,7 +81,11 @@ class Host(ABC):
             command = f"cd {shlex.quote(cwd)} && {command}"
         result = self._exec(command, timeout_s)
         if check and result.exit_code != 0:
-            raise CommandFailed(self.name, command, result.exit_code, result.stdout, result.stderr)
+            shown = command
+            for secret in [*(env or {}).values(), *redact]:
+                if len(secret) >= 4:
+                    shown = shown.replace(secret, "***")
+            raise CommandFailed(self.name, shown, result.exit_code, result.stdout, result.stderr)
         return result
 
     def start_detached(
@@ -110,7 +118,7 @@ class Host(ABC):
             f"set -m; ( trap '' HUP; exec sh -c {shlex.quote(inner)} ) > {shlex.quote(log_path)} 2>&1 < /dev/null & "
             f"echo $! > {shlex.quote(pid_path)}; echo $!"
         )
-        result = self.run(script, timeout_s=30)
+        result = self.run(script, timeout_s=30, redact=list((env or {}).values()))
         return int(result.stdout.strip().splitlines()[-1])
 
     def read_pid(self, pid_path: str) -> int | None:

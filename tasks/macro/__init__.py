@@ -12,12 +12,12 @@ from tasks.unit import PhaseUnit, Section
 
 
 class MacroSection(Section):
-    input_tokens: int = Field(64, ge=1)
-    output_tokens: int = Field(64, ge=2)
-    warmup_requests: int = Field(2, ge=0)
-    single_stream_requests: int = Field(8, ge=1)
-    concurrency_max: int = Field(8, ge=1)
-    requests_per_level: int = Field(16, ge=1, description="requests per concurrency level (at least the level)")
+    input_tokens: int = Field(64, ge=1, le=1 << 20)
+    output_tokens: int = Field(64, ge=2, le=1 << 20)
+    warmup_requests: int = Field(2, ge=0, le=10000)
+    single_stream_requests: int = Field(8, ge=1, le=100000)
+    concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
+    requests_per_level: int = Field(16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)")
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:

@@ -89,7 +89,11 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             document = run_json_script(session, TINY_MODEL_SCRIPT, [model], timeout_s=900)
             config = document["config"]
         else:
-            out = host.run(["cat", f"{model}/config.json"], timeout_s=60).stdout
+            read = host.run(["cat", f"{model}/config.json"], check=False, timeout_s=60)
+            if read.exit_code != 0:
+                raise InputError(f"service.model: {model}/config.json cannot be read on {host.name}"
+                                 f" ({read.stderr.strip()[:160]}); set service.model to the model's folder there")
+            out = read.stdout
             try:
                 config = json.loads(out)
             except json.JSONDecodeError as err:

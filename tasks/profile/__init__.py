@@ -15,9 +15,9 @@ from tasks.unit import PhaseUnit, Section
 
 
 class ProfileSection(Section):
-    warmup_requests: int = Field(2, ge=0)
-    requests: int = Field(4, ge=1)
-    output_tokens: int = Field(32, ge=2)
+    warmup_requests: int = Field(2, ge=0, le=1000)
+    requests: int = Field(4, ge=1, le=1000)
+    output_tokens: int = Field(32, ge=2, le=1 << 20)
     stop_timeout_s: float = Field(3600, gt=0)
 
 

@@ -29,7 +29,7 @@ class ServiceSection(Section):
     command: list[str] | None = Field(None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled")
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    max_model_len: int = Field(1024, ge=16)
+    max_model_len: int = Field(1024, ge=16, le=1 << 24)
     ready_deadline_s: float = Field(3600, gt=0)
     stop_grace_s: float = Field(60, gt=0)
 

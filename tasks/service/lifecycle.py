@@ -74,6 +74,14 @@ class ServiceLifecycle:
             return None
         return pid if host.is_alive(pid) or host.group_pids(pid) else None
 
+    def masked(self, text: str) -> str:
+        """The server may print its environment: `service.env` values stay in its own log on
+        the host, never in a message, the todo file or the findings."""
+        for secret in self.session.config.service.env.values():
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
+
     def stop_leaderless(self, ctx: TaskContext, pid: int) -> None:
         """What is left of a server whose leader died: stopped, so a new one can be launched."""
         host = self.session.host()
@@ -137,7 +145,7 @@ class ServiceLifecycle:
         health_seen_at: float | None = None
 
         def log_tail() -> str:
-            return tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES)
+            return self.masked(tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES))
 
         def read_log() -> None:
             nonlocal offset
@@ -156,7 +164,7 @@ class ServiceLifecycle:
             bar.update(task, completed=progress.shard_percent or 0, description=progress.describe())
             if progress.fatal_line:
                 time.sleep(1)  # let the rest of the traceback reach the log
-                raise TaskFailed(f"vLLM failed to start on {host.name}: {progress.fatal_line}",
+                raise TaskFailed(f"vLLM failed to start on {host.name}: {self.masked(progress.fatal_line)}",
                                  output_tail=log_tail())
             status, _ = host.http_get(cfg.port, "/health", timeout_s=2)
             if status == 200:
