@@ -4,7 +4,8 @@ Runs on a CUDA host (the lent H200): derives the shapes with tasks.model.shapes 
 experts, plus a W4A16 variant of every bf16 layer; DeepSeek-V3: FP8 with 128 x 128 blocks),
 runs tasks/gemm/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
 triton.testing.do_bench's, and % of the copy ceiling measured in the same run.
-usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [kimi_k2_thinking|deepseek_v3]
+usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [kimi_k2_thinking|deepseek_v3|llama_3_1_8b_w4a16]
+(llama_3_1_8b_w4a16: Llama-3.1-8B at TP=1 with int4 group-128 weights, as vLLM serves it with Machete.)
 """
 
 import json
@@ -21,8 +22,14 @@ from tasks.model.shapes import derive_shapes  # noqa: E402
 def main() -> None:
     out = Path(sys.argv[1])
     model = sys.argv[2] if len(sys.argv) > 2 else "kimi_k2_thinking"
-    config = json.loads((ROOT / f"tests/data/configs/{model}.json").read_text())
-    derived = derive_shapes(config, 8, [1, 8, 32, 128], f"{model}.json")
+    tp = 8
+    if model == "llama_3_1_8b_w4a16":
+        config = json.loads((ROOT / "tests/data/configs/llama_3_1_8b.json").read_text())
+        config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
+        tp = 1
+    else:
+        config = json.loads((ROOT / f"tests/data/configs/{model}.json").read_text())
+    derived = derive_shapes(config, tp, [1, 8, 32, 128], f"{model}.json")
     shapes = [row for row in derived["shapes"] if row["name"] != "moe_gate"]
     if derived["weight_dtype"] == "w4a16":
         shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}

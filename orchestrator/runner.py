@@ -35,7 +35,6 @@ from orchestrator.schema import Priority, Status, Todo, TodoError, TodoState, no
 from orchestrator.statefile import StateLock, load_state, save_state
 
 PRIORITY_RANK = {Priority.high: 0, Priority.medium: 1, Priority.low: 2}
-MAX_INTERRUPTIONS = 10
 DONE = (Status.completed, Status.skipped)
 
 
@@ -144,15 +143,13 @@ class Runner:
     def _interrupted(self, todo: Todo) -> None:
         """A todo in progress when we took the lock was cut short by a controller that died
         (SIGKILL, a crash, the host rebooting): not a failure of the task, so its attempt is
-        given back. A task that keeps killing its controller is counted after a while."""
+        given back. No limit: every interruption took a person (or a supervisor) to run
+        `resume` again, so nothing loops on its own; the count is kept in the todo."""
         todo.status = Status.pending
         todo.interruptions += 1
-        if todo.interruptions <= MAX_INTERRUPTIONS:
-            todo.attempts = max(0, todo.attempts - 1)
-            self.log(f"[{todo.id}] was cut short ({todo.interruptions} time(s)): the controller stopped"
-                     " during it; it runs again without using an attempt")
-        else:
-            self.log(f"[{todo.id}] cut short {todo.interruptions} times: counted as an attempt now")
+        todo.attempts = max(0, todo.attempts - 1)
+        self.log(f"[{todo.id}] was cut short ({todo.interruptions} time(s)): the controller stopped"
+                 " during it; it runs again without using an attempt")
 
     def _requeue_stale(self, state: TodoState) -> None:
         """A completed todo whose inputs changed goes back to pending with its dependents."""

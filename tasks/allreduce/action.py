@@ -41,9 +41,11 @@ def allreduce_action(session: Session):
             variants += [{"NCCL_ALGO": algo, "NCCL_PROTO": proto}
                          for algo in ("Ring", "Tree") for proto in ("LL", "LL128", "Simple")]
         runs: list[AllreduceRun] = []
-        for index, env in enumerate(variants):
-            launcher = [session.python, "-m", "torch.distributed.run", "--nproc-per-node", str(tp),
-                        "--master-port", str(29400 + index)]
+        for env in variants:
+            # --standalone: a rendezvous on a free port chosen at launch, so a retry never meets
+            # the ranks of a killed attempt on a fixed port.
+            launcher = [session.python, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(tp)]
             try:
                 document = run_json_script(
                     session, ALLREDUCE_SCRIPT,

@@ -156,6 +156,39 @@ def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
     raise RuntimeError("; ".join(errors))
 
 
+def vllm_machete(weights, group_size):
+    """W4A16 as vLLM serves int4 checkpoints (compressed-tensors pack-quantized, GPTQ) on Hopper:
+    its MacheteLinearKernel, uint4b8 weights in symmetric groups, prepacked for Machete (vLLM 0.26
+    `MacheteLinearKernel.process_weights_after_loading`). Returns (functions, dequantized [N, K]
+    reference weights, kernel name), or (None, None, why not)."""
+    try:
+        import vllm._custom_ops as ops
+        from vllm.model_executor.layers.quantization.utils.quant_utils import (
+            pack_quantized_values_into_int32,
+            quantize_weights,
+        )
+        from vllm.scalar_type import scalar_types
+    except Exception as err:  # noqa: BLE001 - any import failure means: no vLLM CUDA kernels here
+        return None, None, f"vLLM's kernels not importable ({type(err).__name__})"
+    if torch.cuda.get_device_capability()[0] != 9 or not hasattr(torch.ops._C, "machete_mm"):
+        return None, None, "Machete needs vLLM's kernels on a Hopper GPU"
+    uint4 = scalar_types.uint4b8
+    fns, references = [], []
+    try:
+        for weight_nk in weights:
+            w_ref, w_q, w_s, _ = quantize_weights(weight_nk.t().contiguous(), uint4, group_size, zero_points=False)
+            packed = pack_quantized_values_into_int32(w_q, uint4, packed_dim=0)
+            b_q = ops.machete_prepack_B(packed.t().contiguous().t(), a_type=torch.bfloat16, b_type=uint4,
+                                        group_scales_type=torch.bfloat16)
+            scales = w_s.to(torch.bfloat16).contiguous()
+            fns.append(lambda a, b_q=b_q, scales=scales: ops.machete_mm(
+                a=a, b_q=b_q, b_type=uint4, b_group_scales=scales, b_group_size=group_size))
+            references.append(w_ref.t().to(torch.bfloat16))
+    except (RuntimeError, NotImplementedError, AssertionError) as err:
+        return None, None, f"Machete refused the shape: {str(err).splitlines()[0][:120]}"
+    return fns, references, "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)"
+
+
 def vllm_cpu_linear(weights):
     """The CPU GEMM vLLM's server runs for a bf16 linear layer, chosen as its CPU dispatch does
     (vLLM 0.32 `dispatch_cpu_unquantized_gemm`): sgl's AMX `weight_packed_linear` for small
@@ -194,13 +227,16 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
     if dtype == "w4a16":
         if k % group_size:
             return {**row, "skipped": f"K={k} not a multiple of group size {group_size}"}
-        try:
-            packed = [int4_pack(w, group_size, device) for w in weights]
-        except (RuntimeError, NotImplementedError) as err:
-            return {**row, "skipped": f"int4 kernel unavailable: {str(err).splitlines()[0][:200]}"}
-        fns = [p[0] for p in packed]
-        reference_weights = [p[1] for p in packed]
-        row["kernel"] = packed[0][2]
+        fns, reference_weights, kernel = vllm_machete(weights, group_size) if device == "cuda" else (None, None, None)
+        if fns is None:
+            try:
+                packed = [int4_pack(w, group_size, device) for w in weights]
+            except (RuntimeError, NotImplementedError) as err:
+                return {**row, "skipped": f"int4 kernel unavailable: {str(err).splitlines()[0][:200]}"}
+            fns = [p[0] for p in packed]
+            reference_weights = [p[1] for p in packed]
+            kernel = packed[0][2] + (f" (fallback: {kernel})" if kernel else "")
+        row["kernel"] = kernel
         row["group_size"] = group_size
     elif dtype == "fp8":
         if FP8 is None:
