@@ -32,16 +32,20 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     return [TaskSpec("analysis_breakdown", "Break decode time down by category from the traces",
                      "analysis", run, depends_on=("profile_capture",), result_model=Breakdown,
-                     inputs={"analysis": {"rules": _rules_digest()}})]
+                     inputs={"analysis": _analyzer_digests()})]
 
 
-def _rules_digest() -> str:
-    """The rules decide every figure: editing them re-runs the analysis."""
+def _analyzer_digests() -> dict[str, str]:
+    """The rules and the analyser's code decide every figure, and the analysis is cheap: a
+    change to either re-runs it (the traces stay)."""
     import hashlib
+    from pathlib import Path
 
     from tasks.analysis.breakdown import RULES_PATH
 
-    return hashlib.sha256(RULES_PATH.read_bytes()).hexdigest()[:16]
+    code = b"".join((Path(__file__).parent / name).read_bytes() for name in ("breakdown.py", "trace_reader.py"))
+    return {"rules": hashlib.sha256(RULES_PATH.read_bytes()).hexdigest()[:16],
+            "code": hashlib.sha256(code).hexdigest()[:16]}
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings

@@ -24,6 +24,20 @@ class KernelFigures(Result):
     p50_us_per_call: float
 
 
+class BetweenFigures(Result):
+    calls_per_step: float
+    ms_per_step: float
+
+
+class BetweenSteps(Result):
+    """Device work after a decode step's annotation and before the next step (vLLM 0.26 computes
+    the logits and samples there): not in the step's figures, reported beside them."""
+
+    device_ms_per_step: float
+    categories: dict[str, BetweenFigures]
+    top_names: list[str]
+
+
 class OtherSteps(Result):
     """Prefill or mixed (prefill + decode batched) steps, broken down like decode steps."""
 
@@ -55,6 +69,7 @@ class RankBreakdown(Result):
     top_kernels: list[KernelFigures]
     unmatched_names: list[str]
     other_steps: dict[str, OtherSteps] = Field(default_factory=dict, description="'prefill', 'mixed'")
+    between_steps: BetweenSteps | None = None
     trace: str
 
     def dominant_category(self) -> str | None:

@@ -43,6 +43,13 @@ def breakdown_section(findings: Findings) -> str:
             ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
             [[k.name[:90], k.category, fmt(k.calls_per_step, 1), fmt(k.mean_us_per_call, 1),
               fmt(k.p50_us_per_call, 1), fmt(k.ms_per_step, 3)] for k in rank.top_kernels[:10]])
+        if rank.between_steps and rank.between_steps.device_ms_per_step:
+            between = rank.between_steps
+            text += (f"\nBetween a decode step's annotation and the next step: {between.device_ms_per_step:.3f} ms"
+                     " of device work a step, not in the table above (vLLM 0.26 computes the logits and"
+                     " samples outside `execute_context_...`): " + ", ".join(
+                         f"{name} {figures.ms_per_step:.3f} ms ({figures.calls_per_step:.1f} calls)"
+                         for name, figures in between.categories.items()) + ".\n")
         for name, other in rank.other_steps.items():
             text += (f"\n{name.capitalize()} steps: {other.steps}, {other.prefill_tokens_per_step:.0f} prefill"
                      f" tokens a step, device work {other.device_ms_per_step:.3f} ms a step, wall"

@@ -184,6 +184,7 @@ def vllm_machete(weights, group_size):
             fns.append(lambda a, b_q=b_q, scales=scales: ops.machete_mm(
                 a=a, b_q=b_q, b_type=uint4, b_group_scales=scales, b_group_size=group_size))
             references.append(w_ref.t().to(torch.bfloat16))
+        fns[0](torch.randn(1, weights[0].shape[1], dtype=torch.bfloat16, device=weights[0].device))
     except (RuntimeError, NotImplementedError, AssertionError) as err:
         return None, None, f"Machete refused the shape: {str(err).splitlines()[0][:120]}"
     return fns, references, "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)"
