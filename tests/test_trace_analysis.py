@@ -160,7 +160,7 @@ def test_a_rule_with_an_undeclared_category_is_one_line(tmp_path: Path) -> None:
         Classifier(rules)
 
 
-VLLM_GPU_TRACES = sorted((Path(__file__).parent / "data").glob("vllm026_h200_*.pt.trace.json.gz"))
+VLLM_GPU_TRACES = sorted((Path(__file__).parent / "data").glob("vllm026_h200_*.trace.json.gz"))
 
 
 def direct_vllm_count(path: Path) -> dict:
