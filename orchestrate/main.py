@@ -1,4 +1,6 @@
-"""`orchestrate`: the engine's CLI over the registered phase units.
+"""Runs an LLM-inference profiling campaign on a GPU host, resumably, and writes down what it found.
+
+`orchestrate` is the engine's CLI (orchestrator/cli.py) over the registered phase units.
 
 Exit codes: 0 done; 1 a task failed (`resume` retries it); 2 bad input (config, state file,
 trace, arguments); 3 the state is locked by another orchestrate; 4 the host could not be
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
         from tasks.registry import UNITS
 
         units = UNITS
-    return cli.main(argv, opener(units))
+    return cli.main(argv, opener(units), description=__doc__.splitlines()[0])
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +37,8 @@ class OpenedCampaign:
 CampaignOpener = Callable[[Path | None, Path, Path], OpenedCampaign]
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="orchestrate", description=__doc__.splitlines()[0])
+def _parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="orchestrate", description=description)
     parser.add_argument("--config", type=Path, help="campaign TOML (default: ./campaign.toml, else the embedded default)")
     parser.add_argument("--state", type=Path, default=Path("state/todo.json"), help="todo state file")
     parser.add_argument("--reports", type=Path, default=Path("reports"), help="folder for findings documents")
@@ -53,14 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None, open_campaign: CampaignOpener) -> int:
+def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str = "") -> int:
     try:
-        args = _parser().parse_args(argv)
+        args = _parser(description or __doc__.splitlines()[0]).parse_args(argv)
     except SystemExit as exit_:
         return 2 if exit_.code not in (0, None) else 0
     try:
         _check_paths(args)
         return _dispatch(args, open_campaign)
+    except BrokenPipeError:
+        # The reader of our output went away (`orchestrate schema | head`): nothing to report.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep Python's exit flush quiet
+        return 0
     except KeyboardInterrupt:
         print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on",
               file=sys.stderr)
