@@ -214,3 +214,29 @@ def test_three_kills_inside_one_task_need_no_reset(tmp_path: Path) -> None:
     assert final.stdout.count("cut short") == 1  # said once, when it was found
     long = load_state(state_path).by_id()["long"]
     assert long.status == "completed" and long.attempts == 1 and long.interruptions == 3
+
+
+def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
+    """SIGKILL while a task's command runs children (as torchrun runs its ranks): none outlive us."""
+    marker = "3007.5"
+    write_command_campaign(tmp_path, [("ranks", f"sleep {marker} & sleep {marker} & wait", [])])
+    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[str]:
+        table = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+        return [line for line in table.splitlines()
+                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+
+    for _ in range(200):
+        if len(children()) == 2:
+            break
+        time.sleep(0.05)
+    assert len(children()) == 2
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    for _ in range(100):
+        if not children():
+            break
+        time.sleep(0.05)
+    assert children() == []

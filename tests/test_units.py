@@ -157,6 +157,16 @@ def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_se
     assert not (tmp_path / "reports" / "paced" / "findings.md").exists()
 
 
+def test_failures_from_a_live_server_over_the_threshold_fail_the_level(tmp_path: Path, pace_server) -> None:
+    """Every third request answered 500 (an injected fault) while the server stays up."""
+    paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, fail_every=3))(8)
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 1
+    sweep = load_state(tmp_path / "state" / "todo.json").by_id()["macro_sweep"]
+    assert sweep.status == "failed" and sweep.result is None
+    assert "(over macro.max_failed_pct = 1.0%) while the server answered" in sweep.error.message
+
+
 def test_a_server_group_whose_leader_died_is_found_and_stopped(tmp_path: Path) -> None:
     """vLLM's API server (the group leader) dies; the engine and TP workers live on holding the
     accelerators. The lifecycle still owns the group and stops all of it."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -11,19 +14,40 @@ import httpx
 from orchestrator.hosts.base import CommandResult, Host
 
 
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 class LocalHost(Host):
     name = "localhost"
 
     def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
+        """Run in a process group of its own, tied to our life: on a timeout, a Ctrl-C or any
+        error the whole group is killed, and a watchdog kills it within a second if we are
+        SIGKILLed (a `torchrun` and its ranks must not outlive a dead controller). A server
+        started by `start_detached` is in another group and is not touched."""
+        process = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True, errors="replace", process_group=0)
+        watchdog = subprocess.Popen(
+            ["sh", "-c", f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done;"
+                         f" kill -9 -{process.pid} 2>/dev/null"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
         try:
-            done = subprocess.run(
-                ["bash", "-c", command], capture_output=True, text=True, timeout=timeout_s,
-                errors="replace",
-            )
-        except subprocess.TimeoutExpired as err:
-            stdout = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
-            return CommandResult(command, 124, stdout, f"timed out after {timeout_s} s")
-        return CommandResult(command, done.returncode, done.stdout, done.stderr)
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process.pid)
+            stdout, _ = process.communicate()
+            return CommandResult(command, 124, stdout or "", f"timed out after {timeout_s} s")
+        except BaseException:
+            _kill_group(process.pid)
+            process.wait()
+            raise
+        finally:
+            watchdog.kill()
+            watchdog.wait()
+        return CommandResult(command, process.returncode, stdout, stderr)
 
     def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
         return self._http("GET", port, path, timeout_s)

@@ -18,13 +18,15 @@ class MacroSection(Section):
     single_stream_requests: int = Field(8, ge=1, le=100000)
     concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
     requests_per_level: int = Field(16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)")
+    max_failed_pct: float = Field(1.0, ge=0, le=100, description="more failed requests than this fails the level")
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import single_stream, sweep
     from tasks.macro.results import MacroSingle, MacroSweep
 
-    macro = session.config.macro.model_dump()
+    # The failure threshold judges a result; it changes no measurement, so it is not an input.
+    macro = session.config.macro.model_dump(exclude={"max_failed_pct"})
     return [
         TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
                  "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),

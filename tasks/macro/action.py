@@ -7,7 +7,7 @@ from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
-from orchestrator.errors import TaskFailed
+from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
 from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep
@@ -41,15 +41,25 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
 
 
 def require_live_server(session: Session, failed: int, requests: int, examples: list[str], run: str) -> None:
-    """Failed requests from a server that no longer answers are no benchmark: the task fails
-    (and `resume` relaunches the server). Failures from a live server are kept and flagged."""
+    """Failed requests are no benchmark. From a server that no longer answers, the task fails
+    with the server's last log lines (`resume` relaunches it and runs the level again); from a
+    live server, more than `macro.max_failed_pct` fails it too, and fewer are flagged in bold."""
     if not failed:
         return
-    status, _ = session.host().http_get(session.config.service.port, "/health", timeout_s=5)
+    first = (examples or ["?"])[0][:200]
+    host = session.host()
+    status, _ = host.http_get(session.config.service.port, "/health", timeout_s=5)
     if status != 200:
+        log = f"{session.workdir}/service/vllm.log"
+        tail = tail_lines(host.read_text(log, 200_000), 30) if host.run(
+            ["test", "-f", log], check=False, timeout_s=30).exit_code == 0 else ""
         raise TaskFailed(f"the vLLM server stopped answering during the {run} run ({failed} of {requests}"
-                         f" requests failed; first: {(examples or ['?'])[0][:200]}); `orchestrate resume`"
-                         " relaunches it and runs this again")
+                         f" requests failed; first: {first}); `orchestrate resume` relaunches it and runs"
+                         " this again", output_tail=tail)
+    limit = session.config.macro.max_failed_pct
+    if failed / requests * 100 > limit:
+        raise TaskFailed(f"{failed} of {requests} requests failed in the {run} run (over macro.max_failed_pct"
+                         f" = {limit}%) while the server answered; first: {first}")
 
 
 def single_stream(session: Session):
