@@ -24,7 +24,7 @@ OURS = ("vllm.entrypoints", "torch.distributed.run", "allreduce_bench.py", "load
 
 
 def our_processes(folder: Path) -> list[str]:
-    table = subprocess.run(["ps", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
+    table = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
     return [line.strip() for line in table.splitlines()
             if any(mark in line for mark in OURS) and " Z" not in line[:12] and "kill_loop" not in line
             and (str(folder) in line or "vllm.entrypoints" in line or "torch.distributed.run" in line)]

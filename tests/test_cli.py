@@ -224,7 +224,7 @@ def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def children() -> list[str]:
-        table = subprocess.run(["ps", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
         return [line for line in table.splitlines()
                 if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
 
