@@ -4,8 +4,12 @@ Runs on a CUDA host (the lent H200): derives the shapes with tasks.model.shapes 
 experts, plus a W4A16 variant of every bf16 layer; DeepSeek-V3: FP8 with 128 x 128 blocks),
 runs tasks/gemm/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
 triton.testing.do_bench's, and % of the copy ceiling measured in the same run.
-usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [kimi_k2_thinking|deepseek_v3|llama_3_1_8b_w4a16]
-(llama_3_1_8b_w4a16: Llama-3.1-8B at TP=1 with int4 group-128 weights, as vLLM serves it with Machete.)
+usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [MODEL] [W4A16_KERNEL]
+MODEL: kimi_k2_thinking | deepseek_v3 (TP=8) | llama_3_1_8b_w4a16 | qwen3moe_bf16 | kimik2_4layer_int4 (TP=1)
+W4A16_KERNEL: auto (default: Machete on Hopper, then Marlin) | machete | marlin
+(llama_3_1_8b_w4a16: Llama-3.1-8B at TP=1 with int4 group-128 weights, as vLLM serves it with Machete;
+qwen3moe_bf16, kimik2_4layer_int4: the campaign shapes of benchmarks/gpu_model_shapes.py, whose
+`experts_fused` rows time vLLM's Triton fused MoE and Marlin-MoE.)
 """
 
 import json
@@ -16,14 +20,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gpu_model_shapes import shape as campaign_shape  # noqa: E402
 from tasks.model.shapes import derive_shapes  # noqa: E402
 
 
 def main() -> None:
     out = Path(sys.argv[1])
     model = sys.argv[2] if len(sys.argv) > 2 else "kimi_k2_thinking"
+    kernel = sys.argv[3] if len(sys.argv) > 3 else "auto"
     tp = 8
-    if model == "llama_3_1_8b_w4a16":
+    if model in ("qwen3moe_bf16", "kimik2_4layer_int4"):
+        config, tp = campaign_shape(model, {}), 1
+    elif model == "llama_3_1_8b_w4a16":
         config = json.loads((ROOT / "tests/data/configs/llama_3_1_8b.json").read_text())
         config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 128}
         tp = 1
@@ -40,7 +48,8 @@ def main() -> None:
     shapes_path.write_text(json.dumps(shapes))
     result = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(shapes_path),
                              "--repeats", "20", "--group-size", str(int4_group),
-                             "--fp8-block", str(fp8_block), "--compare-do-bench"], capture_output=True, text=True)
+                             "--fp8-block", str(fp8_block), "--w4a16-kernel", kernel,
+                             "--compare-do-bench"], capture_output=True, text=True)
     if result.returncode:
         print(result.stderr[-3000:])
         sys.exit(1)

@@ -36,9 +36,9 @@ NAMES = {
     # MoE: Triton fused MoE, Marlin MoE, routing
     "fused_moe_kernel": "moe",
     "void marlin_moe_wna16::Marlin<__nv_bfloat16, 4, 8, 4, 8, 4, 8, false, 0>": "moe",
-    "void vllm::moe::topkGating<8, 128, 4, 16, 32, int, __nv_bfloat16, 0>(__nv_bfloat16 const*, bool const*, float*, int, int*, int*, int, int, int, bool, float)": "moe",
+    "void vllm::moe::topkGating<8, 128, 4, 16, 32, int, __nv_bfloat16, 0>(__nv_bfloat16 const*, bool const*, float*, int, int*, int*, int, int, int, bool, float)": "moe_routing",
     "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)": "moe",
-    "_moe_C::topk_softmax": "moe",
+    "_moe_C::topk_softmax": "moe_routing",
     # communication: NCCL, vLLM's custom all-reduce, symmetric memory, CPU shared memory
     "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "communication",
     "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, __nv_bfloat16*, int, int)": "communication",
@@ -57,7 +57,7 @@ NAMES = {
     # more from the H200 campaigns' traces (vLLM 0.26: Llama-8B bf16 and W4A16, Qwen3-MoE, Kimi-K2-shaped)
     "void router_gemm_kernel_float_output<__nv_bfloat16, 128, 8, 1, 384, 7168>(float*, __nv_bfloat16 const*, __nv_bfloat16 const*)": "gemm",
     "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, machete::MacheteCollectiveMma<cute::tuple<cutlass::vllm_uint4b8_t": "gemm",
-    "void vllm::moe::grouped_topk_fused_small_expert_count_kernel<float, float, int, (vllm::moe::ScoringFunc)1, 384, false, 8>(float*, float*, int*, float": "moe",
+    "void vllm::moe::grouped_topk_fused_small_expert_count_kernel<float, float, int, (vllm::moe::ScoringFunc)1, 384, false, 8>(float*, float*, int*, float": "moe_routing",
     "void vllm::moe::moe_sum_vec_kernel<c10::BFloat16, int, 8, false>(c10::BFloat16*, c10::BFloat16 const*, long, int, long, long, int const*, int const*": "moe",
     "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, int*, unsigned long, int, int, int, bool)": "moe",
     "void flash::prepare_varlen_num_blocks_kernel<1, false>(int, int, int, int const*, int const*, int const*, int const*, int const*, int const*, int, int": "attention",

@@ -100,6 +100,7 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
                                    category_of_name, classify.categories)
                for step_kind in ("decode", "prefill", "mixed")}
     decode = figures["decode"]
+    decode["gemm_sequence"] = _gemm_sequence(kinds == "decode", events, columns.names, category_of_name)
     decode["between_steps"] = _between_steps(kinds == "decode", ts, dur, name_ids, step_of, inside, starts,
                                              columns.names, category_of_name)
     others = {}
@@ -156,6 +157,29 @@ def _between_steps(chosen: np.ndarray, ts: np.ndarray, dur: np.ndarray, name_ids
         entry["ms_per_step"] += duration / 1000 / per_step
     return {"device_ms_per_step": float(dur[between].sum()) / 1000 / per_step, "categories": by_category,
             "top_names": [names[i] for i, _ in Counter(name_ids[between].tolist()).most_common(5)]}
+
+
+def _gemm_sequence(chosen: np.ndarray, events: tuple[np.ndarray, ...], names: list[str],
+                   category_of_name: list[str]) -> dict[str, Any] | None:
+    """The GEMM kernels of a decode step in launch order, each position's mean µs over the steps
+    that ran the usual number of GEMMs. The model's layers repeat in it, so the findings can fold
+    it into the kernel each layer type ran (qkv, o_proj, ...) and its time, without the shapes,
+    which CUDA-graph replays do not record."""
+    ts, dur, name_ids, step_of, _ = events
+    is_gemm = np.array([category == "gemm" for category in category_of_name] or [False], dtype=bool)[name_ids]
+    keep = is_gemm & chosen[step_of]
+    if not keep.any():
+        return None
+    order = np.lexsort((ts[keep], step_of[keep]))
+    steps, ids, durations = step_of[keep][order], name_ids[keep][order], dur[keep][order]
+    per_step = np.bincount(steps)
+    usual = int(np.bincount(per_step[per_step > 0]).argmax())
+    rows = np.isin(steps, np.nonzero(per_step == usual)[0])
+    ids, durations = ids[rows].reshape(-1, usual), durations[rows].reshape(-1, usual)
+    table = sorted({int(i) for i in ids[0]})
+    return {"steps": int(ids.shape[0]), "names": [names[i][:160] for i in table],
+            "positions": [[table.index(int(i)), round(float(us), 3)]
+                          for i, us in zip(ids[0], durations.mean(axis=0), strict=True)]}
 
 
 def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndarray, ends: np.ndarray,

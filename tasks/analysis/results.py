@@ -50,6 +50,14 @@ class OtherSteps(Result):
     top_kernels: list[KernelFigures]
 
 
+class GemmSequence(Result):
+    """A decode step's GEMM kernels in launch order (steps with the usual count of GEMMs)."""
+
+    steps: int
+    names: list[str]
+    positions: list[tuple[int, float]] = Field(description="(index into names, mean µs) a position")
+
+
 class RankBreakdown(Result):
     """The decode-step figures at the top level; prefill and mixed steps in ``other_steps``."""
 
@@ -70,6 +78,7 @@ class RankBreakdown(Result):
     unmatched_names: list[str]
     other_steps: dict[str, OtherSteps] = Field(default_factory=dict, description="'prefill', 'mixed'")
     between_steps: BetweenSteps | None = None
+    gemm_sequence: GemmSequence | None = None
     trace: str
 
     def dominant_category(self) -> str | None:

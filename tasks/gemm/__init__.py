@@ -23,8 +23,10 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.gemm.action import gemm_action
     from tasks.gemm.results import GemmResult
 
+    # After the server ran (when it is part of the campaign): its log names the kernels to time.
+    server = ("service_ready",) if "service" in enabled else ()
     return [TaskSpec("gemm_bench", "Microbenchmark the decode GEMMs at the model's per-rank shapes",
-                     "gemm", gemm_action(session), depends_on=("host_facts", "model_facts"),
+                     "gemm", gemm_action(session), depends_on=("host_facts", "model_facts", *server),
                      needs=("accelerators_free",), result_model=GemmResult,
                      inputs={"gemm": session.config.gemm.model_dump()})]
 

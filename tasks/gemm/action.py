@@ -12,15 +12,35 @@ from tasks.gemm.results import GemmResult
 from tasks.host import HostFacts
 from tasks.host_json import run_json_script
 from tasks.model import ModelFacts
+from tasks.service import ServiceReady
 from tasks.session import Session
 
-GEMM_SCRIPT = Path(__file__).parent / "remote" / "gemm_bench.py"
+REMOTE = Path(__file__).parent / "remote"
+GEMM_SCRIPT = REMOTE / "gemm_bench.py"
+HELPERS = [REMOTE / name for name in ("bench_timing.py", "vllm_gemm.py", "fused_moe_bench.py")]
+
+
+def server_w4a16_kernel(ctx: TaskContext) -> str:
+    """The W4A16 kernel the server's log named ('Using MacheteLinearKernel for ...'), so the bench
+    times the same one; 'auto' (vLLM's own preference) when the server did not run or said none."""
+    if not ctx.state.by_id().get("service_ready"):
+        return "auto"
+    ready = ctx.result_of("service_ready", ServiceReady)
+    named = " ".join(ready.load.linear_kernels if ready.load else [])
+    return next((kernel for kernel in ("machete", "marlin") if kernel in named.lower()), "auto")
+
+
+def threads_per_rank(host: HostFacts, tensor_parallel: int) -> int:
+    """On CPU each server rank has its share of the cores (VLLM_CPU_OMP_THREADS_BIND): the bench
+    gets the same, or it would time a GEMM on more cores than the server gives one."""
+    return max(1, (host.cpu_count or 1) // tensor_parallel)
 
 
 def gemm_action(session: Session):
     def run(ctx: TaskContext) -> GemmResult:
         shapes_model = ctx.result_of("model_facts", ModelFacts).require_shapes()
-        accelerator = ctx.result_of("host_facts", HostFacts).accelerator
+        host = ctx.result_of("host_facts", HostFacts)
+        accelerator = host.accelerator
         cfg = session.config.gemm
         shapes = shapes_model.gemm_rows(cfg.batch_sizes)
         if cfg.compare_w4a16:
@@ -30,13 +50,17 @@ def gemm_action(session: Session):
         write_atomic(local, json.dumps(shapes).encode())
         remote = f"{session.workdir}/gemm/shapes.json"
         session.host().put(local, remote)
+        for helper in HELPERS:  # imported by the bench from its own folder
+            session.ship(helper)
+        extra = (["--threads", str(threads_per_rank(host, session.config.service.tensor_parallel))]
+                 if accelerator == "cpu" else ["--w4a16-kernel", server_w4a16_kernel(ctx)])
         fp8 = shapes_model.weight_dtype == "fp8"
         int4_group = None if fp8 else shapes_model.group_size
         fp8_block = (shapes_model.group_size or 0) if fp8 else 128
         measured = run_json_script(session, GEMM_SCRIPT,
                                    [remote, "--repeats", str(cfg.repeats),
                                     "--group-size", str(int4_group or cfg.int4_group_size),
-                                    "--fp8-block", str(fp8_block), "--device", accelerator],
+                                    "--fp8-block", str(fp8_block), "--device", accelerator, *extra],
                                    timeout_s=3600)
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())

@@ -26,6 +26,9 @@ class GemmRow(Result):
     count_per_layer: float
     device: str
     rotated_copies: int
+    experts: int | None = Field(None, description="set: one MoE layer's routed experts, fused")
+    top_k: int | None = None
+    experts_touched: float | None = Field(None, description="expected distinct experts a call reads")
     skipped: str | None = None
     kernel: str | None = None
     group_size: int | None = None

@@ -20,14 +20,23 @@ def gemm_section(findings: Findings) -> str:
             f"GEMMs per rank ({described}) on {gemm.info.device_name} (torch {gemm.info.torch})."
             f" Bandwidth ceiling: a large device-to-device copy in the same run,"
             f" **{gemm.copy_ceiling_gbps:.1f} GB/s** (read + write). Each kernel was checked against a"
-            f" bf16 reference first. Source: {findings.link(gemm.artifact)}.\n\n")
+            f" bf16 reference first"
+            + (f"; {gemm.info.threads} CPU threads, one server rank's share of the cores" if gemm.info.device == "cpu"
+               else "") + f". Source: {findings.link(gemm.artifact)}.\n\n")
+    if any(row.experts for row in gemm.rows):
+        text += ("`experts_fused` is one MoE layer's routed experts as the server runs them (both GEMMs,"
+                 " the activation, token alignment and the weighted sum in vLLM's fused MoE), M tokens"
+                 " routed at random to top-k of E experts, K = hidden size, N = expert intermediate size"
+                 " per rank; GB/s counts the weights of the experts a call is expected to touch."
+                 " The `expert_w13`/`expert_w2` rows time one expert's GEMM alone.\n\n")
     rows = []
     for row in gemm.rows:
+        name = f"{row.name} (E={row.experts}, top-{row.top_k})" if row.experts else row.name
         if row.us is None:
-            rows.append([row.name, row.m, row.k, row.n, row.dtype, "-", "-", "-", "-", "-", row.skipped or ""])
+            rows.append([name, row.m, row.k, row.n, row.dtype, "-", "-", "-", "-", "-", row.skipped or ""])
             continue
         error = row.relative_error_vs_bf16_reference
-        rows.append([row.name, row.m, row.k, row.n, row.dtype, row.kernel or "", fmt(row.us, 1),
+        rows.append([name, row.m, row.k, row.n, row.dtype, row.kernel or "", fmt(row.us, 1),
                      fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1),
                      f"{error:.1e}" if error is not None else ""])
     return text + md_table(["layer", "M", "K", "N", "dtype", "kernel", "µs", "TFLOP/s", "GB/s",

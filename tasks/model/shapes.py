@@ -2,7 +2,9 @@
 
 Shapes are (M, K, N): activations M x K times weights K x N. Column-parallel layers split N by
 TP, row-parallel layers split K (their outputs are all-reduced). Routed-expert GEMMs see on
-average M x top_k / n_experts tokens each; that expected count (at least 1) is their M.
+average M x top_k / n_experts tokens each; that expected count (at least 1) is their M. A MoE
+layer's experts also appear as one 'experts_fused' row (M tokens, all experts, top_k), timed as
+vLLM's fused MoE.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ class GemmShape:
     dtype: str  # "bf16", "w4a16" or "fp8"
     parallel: str  # "replicated", "column", "row"
     count_per_layer: float = 1.0
+    experts: int | None = None  # set: one MoE layer's routed experts, fused (K hidden, N intermediate)
+    top_k: int | None = None
 
     def as_row(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 class ConfigReader:
@@ -86,6 +90,17 @@ class LayerShape(Result):
     count_per_layer: float
     tokens_share: float = 1.0
     """Share of the batch's tokens each call sees (routed experts: top_k / experts)."""
+    experts: int | None = None
+    """Set on 'experts_fused': a MoE layer's routed experts in one fused call (K = hidden, N = the
+    expert intermediate size per rank), tokens routed to ``top_k`` of them."""
+    top_k: int | None = None
+
+    @property
+    def kind(self) -> str:
+        """'fused_experts', 'expert' (one routed expert's GEMM) or 'dense'."""
+        if self.experts:
+            return "fused_experts"
+        return "expert" if self.name.startswith("expert_") else "dense"
 
 
 class ModelShapes(Result):
@@ -107,7 +122,7 @@ class ModelShapes(Result):
             for layer in self.layers:
                 rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
                 rows.append(GemmShape(layer.name, rows_m, layer.k, layer.n, layer.dtype, layer.parallel,
-                                      layer.count_per_layer).as_row())
+                                      layer.count_per_layer, layer.experts, layer.top_k).as_row())
         return rows
 
 
@@ -139,8 +154,8 @@ def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -
     lm_head = ("lm_head", hidden, split(vocab, tp, "vocab_size", source) if vocab % tp == 0 else math.ceil(vocab / tp),
                "bf16", "column", 1.0)
     shapes = [LayerShape(name=name, k=int(k), n=int(n), dtype=dtype, parallel=parallel,
-                         count_per_layer=count, tokens_share=scale[0] if scale else 1.0)
-              for name, k, n, dtype, parallel, count, *scale in per_layer + [lm_head]]
+                         count_per_layer=count, **(extra[0] if extra else {}))
+              for name, k, n, dtype, parallel, count, *extra in per_layer + [lm_head]]
     return ModelShapes(family=family, tensor_parallel=tp, num_layers=layers, hidden_size=hidden,
                        vocab_size=vocab, weight_dtype=weight_dtype, group_size=group,
                        allreduces_per_step=2 * layers + 1 if tp > 1 else 0, layers=shapes)
@@ -174,9 +189,12 @@ def _moe_experts(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:
     top_k = int(reader.need("num_experts_per_tok"))
     key = "moe_intermediate_size" if reader.get("moe_intermediate_size", None) else "intermediate_size"
     inter = split(int(reader.need(key)), tp, key, reader.source)
-    tokens_share = top_k / experts
-    return [("expert_w13", hidden, 2 * inter, dtype, "column", float(top_k), tokens_share),
-            ("expert_w2", inter, hidden, dtype, "row", float(top_k), tokens_share)]
+    share = {"tokens_share": top_k / experts}
+    # Each routed expert's GEMM alone (what a GEMM costs), and the layer's experts as the server
+    # runs them: one fused call (what the step costs).
+    return [("expert_w13", hidden, 2 * inter, dtype, "column", float(top_k), share),
+            ("expert_w2", inter, hidden, dtype, "row", float(top_k), share),
+            ("experts_fused", hidden, inter, dtype, "row", 1.0, {"experts": experts, "top_k": top_k})]
 
 
 def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
@@ -211,7 +229,7 @@ def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
         rows += [("shared_expert_w13", hidden, 2 * inter, shared_dtype, "column", moe_share),
                  ("shared_expert_w2", inter, hidden, shared_dtype, "row", moe_share)]
     experts = _moe_experts(reader, tp, expert_dtype)
-    rows += [(name, k, n, dtype, par, count * moe_share, scale)
-             for name, k, n, dtype, par, count, scale in experts]
+    rows += [(name, k, n, dtype, par, count * moe_share, extra)
+             for name, k, n, dtype, par, count, extra in experts]
     rows.append(("moe_gate", hidden, int(reader.get("n_routed_experts", 0)), "bf16", "replicated", moe_share))
     return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 from orchestrator.report import md_table
 from tasks.profile.results import CaptureManifest
 from tasks.synthesis.figures import KeyFigures
+from tasks.synthesis.per_layer import per_layer_section
 from tasks.synthesis.reconcile import gemm_rows, step_vs_tpot_rows
 from tasks.view import fmt
 
@@ -56,4 +57,6 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
                             " (outside 15%: the bench's op and the server's differ in setup or message size)")])
     rows += gemm_rows(figures)
     rows += step_vs_tpot_rows(figures, capture)
-    return "## Cross-checks\n\n" + md_table(["check", "expected", "measured", "verdict"], rows)
+    text = "## Cross-checks\n\n" + md_table(["check", "expected", "measured", "verdict"], rows)
+    layers = per_layer_section(figures)
+    return text + ("\n" + layers if layers else "")

@@ -21,22 +21,15 @@ class GemmPrediction:
     ms_per_step: float
     calls_per_step: float
     missing: list[str]
+    fused: bool = False
+    """True: routed experts predicted from the fused-MoE rows (one call a MoE layer)."""
 
 
-def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, experts: bool) -> GemmPrediction | None:
-    """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
-    step, in the format the model runs (not the what-if W4A16 rows); None when no M was timed."""
-    timed = {(row.name, row.m): row.us for row in gemm.rows
-             if row.us is not None and not row.name.endswith(W4A16_COMPARISON)}
-    measured_m = sorted({m for _, m in timed})
-    if not measured_m:
-        return None
-    wanted = max(1, round(decode_tokens))
-    m = min(measured_m, key=lambda value: (abs(value - wanted), value))
+def _predict(shapes: ModelShapes, timed: dict[tuple[str, int], float], m: int, kinds: set[str]) -> GemmPrediction:
     total_us = calls = 0.0
     missing = []
     for layer in shapes.layers:
-        if layer.name.startswith("expert_") != experts:
+        if layer.kind not in kinds:
             continue
         rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
         count = 1.0 if layer.name == "lm_head" else layer.count_per_layer * shapes.num_layers
@@ -46,7 +39,26 @@ def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, ex
             continue
         total_us += us * count
         calls += count
-    return GemmPrediction(m=m, ms_per_step=total_us / 1000, calls_per_step=calls, missing=missing)
+    return GemmPrediction(m=m, ms_per_step=total_us / 1000, calls_per_step=calls, missing=missing,
+                          fused=kinds == {"fused_experts"})
+
+
+def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, experts: bool) -> GemmPrediction | None:
+    """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
+    step, in the format the model runs (not the what-if W4A16 rows); None when no M was timed.
+    Routed experts come from the fused-MoE rows where those were timed (what the server runs),
+    else from each expert's GEMM alone."""
+    timed = {(row.name, row.m): row.us for row in gemm.rows
+             if row.us is not None and not row.name.endswith(W4A16_COMPARISON)}
+    measured_m = sorted({m for _, m in timed})
+    if not measured_m:
+        return None
+    wanted = max(1, round(decode_tokens))
+    m = min(measured_m, key=lambda value: (abs(value - wanted), value))
+    if not experts:
+        return _predict(shapes, timed, m, {"dense"})
+    fused = _predict(shapes, timed, m, {"fused_experts"})
+    return fused if fused.calls_per_step and not fused.missing else _predict(shapes, timed, m, {"expert"})
 
 
 def gemm_rows(figures: KeyFigures) -> list[list[str]]:
@@ -67,17 +79,20 @@ def gemm_rows(figures: KeyFigures) -> list[list[str]]:
         ratio = prediction.ms_per_step / traced_ms if traced_ms else None
         verdict = f"micro/trace = {fmt(ratio)}"
         if ratio is not None and abs(ratio - 1) > 0.15:
-            verdict += (" (outside 15%: the server runs a layer's routed experts in fused kernels,"
-                        f" {traced_calls:.0f} calls a step; the bench times each expert's GEMM"
-                        f" alone, {prediction.calls_per_step:.0f} calls, each paying a launch's fixed cost:"
-                        " a fused-MoE benchmark is not part of the GEMM phase yet)" if experts else
-                        " (outside 15%: the bench times each GEMM alone on warm, rotated weights, with the"
-                        " kernel named in the GEMM table; the server's kernels are in the top kernels)")
+            verdict += (" (outside 15%: " + (
+                "the fused-MoE bench routes tokens at random; the server's routing, its kernel"
+                " configuration or the experts' shared cache differ)" if prediction.fused else
+                f"the server runs a layer's routed experts in fused kernels, {traced_calls:.0f} calls a"
+                f" step; the bench timed each expert's GEMM alone, {prediction.calls_per_step:.0f} calls,"
+                " each paying a launch's fixed cost, as its fused-MoE rows were not timed)" if experts else
+                "the bench times each GEMM alone on warm, rotated weights, with the kernel named in the"
+                " GEMM table; the server's kernels are in the top kernels)"))
         if prediction.missing:
             verdict += f"; not timed: {', '.join(prediction.missing)}"
-        what = "routed-expert GEMMs" if experts else "GEMMs"
+        what = ("routed experts, fused MoE" if prediction.fused else "routed-expert GEMMs") if experts else "GEMMs"
         rows.append([f"{what} ms a decode step (M={prediction.m})",
-                     f"micro: {fmt(prediction.ms_per_step, 3)} ({prediction.calls_per_step:.0f} calls)",
+                     f"micro: {fmt(prediction.ms_per_step, 3)} ({prediction.calls_per_step:.0f}"
+                     f" {'fused-MoE layers' if prediction.fused else 'calls'})",
                      f"trace ({category}{', incl. between steps' if between else ''}): {fmt(traced_ms, 3)}"
                      f" ({traced_calls:.0f} calls)",
                      verdict])

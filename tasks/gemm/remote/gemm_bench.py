@@ -1,66 +1,34 @@
-"""GEMM microbenchmarks at given shapes on the host's accelerator (torch and stdlib only).
+"""GEMM microbenchmarks at given shapes on the host's accelerator: the kernels vLLM's server runs
+where vLLM imports (vllm_gemm.py, fused_moe_bench.py), else torch's, named in each row.
 
-usage: gemm_bench.py SHAPES_JSON [--repeats N] [--group-size G] [--fp8-block B] [--compare-do-bench]
-SHAPES_JSON: a list of {"name", "m", "k", "n", "dtype": "bf16"|"w4a16"|"fp8"}.
+usage: gemm_bench.py SHAPES_JSON [--repeats N] [--group-size G] [--fp8-block B]
+                     [--w4a16-kernel auto|machete|marlin] [--threads T] [--compare-do-bench]
+SHAPES_JSON: a list of {"name", "m", "k", "n", "dtype": "bf16"|"w4a16"|"fp8"}; a row with
+"experts" and "top_k" is one MoE layer's routed experts (K = hidden, N = expert intermediate
+size per rank), timed as vLLM's fused MoE.
 
-FP8 (e4m3) runs through torch._scaled_mm with the finest scaling the host's torch supports:
-DeepSeek-V3's recipe (weights in B x B blocks, activations in 1 x B groups) where B is given
-and the kernel exists, else per-channel/per-token scales, else one scale a tensor. Activations
-are quantized before timing (vLLM quantizes them in a separate small kernel), so the figure is
-the GEMM's own.
+W4A16: vLLM's Machete (Hopper) or Marlin, as the server chose; else torch's tinygemm. FP8
+(e4m3): vLLM's cutlass_scaled_mm, else torch._scaled_mm, with the finest scaling that works:
+DeepSeek-V3's recipe (weights in B x B blocks, activations in 1 x B groups) where B is given,
+else per-channel/per-token scales, else one scale a tensor. Activations are quantized before
+timing (vLLM quantizes them in a separate small kernel), so the figure is the GEMM's own.
+bf16 on CPU: vLLM's onednn_mm / weight_packed_linear; on CUDA: torch's linear (cuBLAS), which
+is what vLLM's unquantized linear calls.
 
-Each kernel is checked against a bf16 reference before it is timed. Timing: warmup, then the
-median over repeats of a timed batch of calls; CUDA events on GPU (around CUDA graph replays
-when capture works), perf_counter on CPU. Weights and activations rotate over enough copies
-that the working set exceeds the last-level cache, so caches do not flatter small shapes.
+Each kernel is checked against a bf16 reference before it is timed (bench_timing.py says how).
 A device-to-device copy of a large buffer, measured in the same run, is the bandwidth ceiling.
 Prints one JSON document.
 """
 
 import argparse
 import json
-import statistics
-import time
 
+import fused_moe_bench
 import torch
+import vllm_gemm
+from bench_timing import copy_ceiling_gbps, relative_error, time_rotations
 
 CACHE_FLUSH_BYTES = 512 << 20  # working set per rotation: well above an H200's 50 MB L2
-
-
-def timer(device):
-    if device == "cuda":
-        def measure(fn, calls):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1000 / calls
-    else:
-        def measure(fn, calls):
-            started = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            return (time.perf_counter() - started) / calls
-    return measure
-
-
-def median_seconds(fn, device, repeats, calls):
-    measure = timer(device)
-    for _ in range(3):
-        fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return statistics.median(measure(fn, calls) for _ in range(repeats))
-
-
-def copy_ceiling_gbps(device, repeats):
-    size = (1 << 30) if device == "cuda" else (256 << 20)
-    src = torch.empty(size, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    seconds = median_seconds(lambda: dst.copy_(src), device, repeats, 5)
-    return 2 * size / seconds / 1e9  # read + write
 
 
 def int4_pack(weight_nk, group_size, device):
@@ -111,20 +79,21 @@ def fp8_scaled(x, rows, cols):
 
 def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
     """FP8 operands and a matmul over them, trying the finest scaling first (or only
-    ``only_mode``, once chosen for a shape). Returns (matmul, dequantized weight, dequantized
-    activation, kernel, mode, why finer scalings failed)."""
+    ``only_mode``, once chosen for a shape), each with vLLM's kernel before torch's. Returns
+    (matmul, dequantized weight, dequantized activation, kernel, mode, why finer scalings or vLLM's kernel failed)."""
     m, k = activation_mk.shape
     n = weight_nk.shape[0]
     modes = []
-    # Blockwise only where the scale buffers' rows are whole 16-byte units (K/B and M multiples
-    # of 4): on an H200 (torch 2.11, cu130) other shapes were accepted and then returned garbage
-    # (K/B = 2, 18) or hit an illegal memory access that poisons the whole CUDA context, which
-    # no fallback survives.
-    if block and device == "cuda" and k % (4 * block) == 0 and n % block == 0 and m % 4 == 0:
+    if block and device == "cuda" and k % block == 0 and n % block == 0:
         modes.append(("blockwise", (1, block), (block, block)))
     modes += [("rowwise", (1, k), (1, k)), ("tensorwise", (m, k), (n, k))]
     if only_mode:
         modes = [mode for mode in modes if mode[0] == only_mode]
+    kernels = [("torch._scaled_mm", lambda a_q, w_q_t, a_s, w_s: torch._scaled_mm(
+        a_q, w_q_t, scale_a=a_s, scale_b=w_s, out_dtype=torch.bfloat16))]
+    vllm_fp8 = vllm_gemm.cutlass_scaled_mm() if device == "cuda" else None
+    if vllm_fp8 is not None:
+        kernels.insert(0, ("vLLM cutlass_scaled_mm", vllm_fp8))
     errors = []
     for mode, a_tile, w_tile in modes:
         a_q, a_scale, a_deq = fp8_scaled(activation_mk, *a_tile)
@@ -139,83 +108,32 @@ def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
         else:
             a_scale, w_scale = a_scale.reshape(()), w_scale.reshape(())
 
-        def matmul(_a, a_q=a_q, w_q=w_q, a_scale=a_scale, w_scale=w_scale):
-            return torch._scaled_mm(a_q, w_q.t(), scale_a=a_scale, scale_b=w_scale, out_dtype=torch.bfloat16)
-        try:
-            out = matmul(None).float()
-        except (RuntimeError, NotImplementedError) as err:
-            errors.append(f"{mode}: {str(err).splitlines()[0][:120]}")
-            continue
-        # A scaling the kernel accepts can still compute garbage (see above): check, fall back.
-        reference = a_deq @ w_deq.t()
-        error = ((out - reference).norm() / reference.norm().clamp(min=1e-12)).item()
-        if error > 0.05:
-            errors.append(f"{mode}: wrong result (relative error {error:.3g})")
-            continue
-        return matmul, w_deq.to(torch.bfloat16), a_deq, f"torch._scaled_mm fp8 e4m3, {mode} scales", mode, errors
+        # vLLM's own FP8 GEMM first (what the server runs), then torch's.
+        for kernel, fn in kernels:
+            # torch's blockwise only where the scale buffers' rows are whole 16-byte units (K/B
+            # and M multiples of 4): on an H200 (torch 2.11, cu130) other shapes were accepted and
+            # then returned garbage (K/B = 2, 18) or hit an illegal memory access that poisons
+            # the whole CUDA context, which no fallback survives.
+            if mode == "blockwise" and kernel == "torch._scaled_mm" and (k % (4 * block) or m % 4):
+                errors.append(f"{kernel} {mode}: not tried at M={m}, K/B={k // block}")
+                continue
+            def matmul(_a, fn=fn, a_q=a_q, w_q=w_q, a_scale=a_scale, w_scale=w_scale):
+                return fn(a_q, w_q.t(), a_scale, w_scale)
+            try:
+                out = matmul(None).float()
+            except (RuntimeError, NotImplementedError, AssertionError) as err:
+                errors.append(f"{kernel} {mode}: {str(err).splitlines()[0][:120]}")
+                continue
+            # A scaling the kernel accepts can still compute garbage (see above): check, fall back.
+            error = relative_error(out, a_deq @ w_deq.t())
+            if error > 0.05:
+                errors.append(f"{kernel} {mode}: wrong result (relative error {error:.3g})")
+                continue
+            return matmul, w_deq.to(torch.bfloat16), a_deq, f"{kernel} fp8 e4m3, {mode} scales", mode, errors
     raise RuntimeError("; ".join(errors))
 
 
-def vllm_machete(weights, group_size):
-    """W4A16 as vLLM serves int4 checkpoints (compressed-tensors pack-quantized, GPTQ) on Hopper:
-    its MacheteLinearKernel, uint4b8 weights in symmetric groups, prepacked for Machete (vLLM 0.26
-    `MacheteLinearKernel.process_weights_after_loading`). Returns (functions, dequantized [N, K]
-    reference weights, kernel name), or (None, None, why not)."""
-    try:
-        import vllm._custom_ops as ops
-        from vllm.model_executor.layers.quantization.utils.quant_utils import (
-            pack_quantized_values_into_int32,
-            quantize_weights,
-        )
-        from vllm.scalar_type import scalar_types
-    except Exception as err:  # noqa: BLE001 - any import failure means: no vLLM CUDA kernels here
-        return None, None, f"vLLM's kernels not importable ({type(err).__name__})"
-    if torch.cuda.get_device_capability()[0] != 9 or not hasattr(torch.ops._C, "machete_mm"):
-        return None, None, "Machete needs vLLM's kernels on a Hopper GPU"
-    uint4 = scalar_types.uint4b8
-    fns, references = [], []
-    try:
-        for weight_nk in weights:
-            w_ref, w_q, w_s, _ = quantize_weights(weight_nk.t().contiguous(), uint4, group_size, zero_points=False)
-            packed = pack_quantized_values_into_int32(w_q, uint4, packed_dim=0)
-            b_q = ops.machete_prepack_B(packed.t().contiguous().t(), a_type=torch.bfloat16, b_type=uint4,
-                                        group_scales_type=torch.bfloat16)
-            scales = w_s.to(torch.bfloat16).contiguous()
-            fns.append(lambda a, b_q=b_q, scales=scales: ops.machete_mm(
-                a=a, b_q=b_q, b_type=uint4, b_group_scales=scales, b_group_size=group_size))
-            references.append(w_ref.t().to(torch.bfloat16))
-        fns[0](torch.randn(1, weights[0].shape[1], dtype=torch.bfloat16, device=weights[0].device))
-    except (RuntimeError, NotImplementedError, AssertionError) as err:
-        return None, None, f"Machete refused the shape: {str(err).splitlines()[0][:120]}"
-    return fns, references, "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)"
-
-
-def vllm_cpu_linear(weights):
-    """The CPU GEMM vLLM's server runs for a bf16 linear layer, chosen as its CPU dispatch does
-    (vLLM 0.32 `dispatch_cpu_unquantized_gemm`): sgl's AMX `weight_packed_linear` for small
-    weights on AMX CPUs, else oneDNN `onednn_mm` on a handler made from the weight. Returns
-    (functions, kernel name), or (None, why not) when vLLM's CPU ops are not importable."""
-    try:
-        import vllm._custom_ops as ops
-        from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
-    except Exception as err:  # noqa: BLE001 - any import failure means: not vLLM's CPU build
-        return None, f"vLLM's CPU ops not importable ({type(err).__name__})"
-    n, k = weights[0].shape
-    try:
-        if check_cpu_sgl_kernel(n, k, weights[0].dtype):
-            packed = [torch.ops._C.convert_weight_packed(w) for w in weights]
-            return ([(lambda a, p=p: ops.weight_packed_linear_cpu(a, p, n, None)) for p in packed],
-                    "vLLM _C::weight_packed_linear (sgl AMX, as the server)")
-        if ops._supports_onednn:
-            handlers = [ops.create_onednn_mm(w.t(), 32) for w in weights]
-            return ([(lambda a, h=h: ops.onednn_mm(h, a, None)) for h in handlers],
-                    "vLLM _C::onednn_mm (oneDNN, as the server)")
-    except RuntimeError as err:
-        return None, f"vLLM's CPU GEMM failed here: {str(err).splitlines()[0][:120]}"
-    return None, "this vLLM build has no oneDNN GEMM"
-
-
-def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
+def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_kernel):
     m, k, n = shape["m"], shape["k"], shape["n"]
     dtype = shape["dtype"]
     weight_bytes_per_copy = k * n * {"w4a16": 0.5, "fp8": 1}.get(dtype, 2)
@@ -228,7 +146,8 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
     if dtype == "w4a16":
         if k % group_size:
             return {**row, "skipped": f"K={k} not a multiple of group size {group_size}"}
-        fns, reference_weights, kernel = vllm_machete(weights, group_size) if device == "cuda" else (None, None, None)
+        fns, reference_weights, kernel = (vllm_gemm.w4a16(weights, group_size, w4a16_kernel)
+                                          if device == "cuda" else (None, None, None))
         if fns is None:
             try:
                 packed = [int4_pack(w, group_size, device) for w in weights]
@@ -258,64 +177,25 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench):
         if first[5]:
             row["fp8_finer_scaling_failed"] = first[5]
     else:
-        fns, kernel = vllm_cpu_linear(weights) if device == "cpu" else (None, None)
+        fns, kernel = vllm_gemm.cpu_linear(weights) if device == "cpu" else (None, None)
         if fns is None:
             fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
             kernel = ("torch.nn.functional.linear (cuBLAS)" if device == "cuda" else
                       f"torch.nn.functional.linear (oneDNN/MKL; fallback: {kernel})")
         reference_weights = weights
         row["kernel"] = kernel
-    out = fns[0](activations[0])
-    reference = activations[0].float() @ reference_weights[0].float().t()
-    error = ((out.float() - reference).norm() / reference.norm().clamp(min=1e-12)).item()
+    error = relative_error(fns[0](activations[0]), activations[0].float() @ reference_weights[0].float().t())
     row["relative_error_vs_bf16_reference"] = error
     if error > 0.05:
         return {**row, "skipped": f"result disagrees with the bf16 reference (relative error {error:.3g})"}
-    state = {"i": 0}
-
-    def call():
-        i = state["i"] = (state["i"] + 1) % copies
-        fns[i](activations[i])
-
-    calls = copies if device == "cuda" else max(1, min(copies, 4))
-    seconds = None
-    if device == "cuda":
-        try:  # CUDA graph replay: launch overhead out of the measurement, as vLLM decodes
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                for i in range(copies):
-                    fns[i](activations[i])
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(copies):
-                    fns[i](activations[i])
-            seconds = median_seconds(graph.replay, device, repeats, 1) / copies
-            row["timing"] = "CUDA events around CUDA graph replays"
-        except Exception as err:  # noqa: BLE001 - fall back to eager launches
-            row["graph_error"] = str(err).splitlines()[0][:200]
-    if seconds is None:
-        seconds = median_seconds(call, device, repeats, calls)
-        row["timing"] = "CUDA events, eager launches" if device == "cuda" else "perf_counter, median of repeats"
+    calls = [(lambda fn=fn, a=a: fn(a)) for fn, a in zip(fns, activations, strict=True)]
+    seconds, timing = time_rotations(calls, device, repeats, do_bench)
     flops = 2 * m * k * n
     moved = m * k * (1 if dtype == "fp8" else 2) + weight_bytes_per_copy + m * n * 2
     if dtype == "w4a16":
         moved += (k // group_size) * n * 2 * 2
-    row.update(us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
+    row.update(timing, us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
                bytes_moved=moved)
-    if do_bench and device == "cuda":
-        # Same rotating call, timed two ways by Triton: eager launches (do_bench) against our
-        # eager timing, and CUDA-graph replays (do_bench_cudagraph) against our graph timing.
-        import triton.testing
-
-        row["eager_us"] = median_seconds(call, device, repeats, calls) * 1e6
-        row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3
-        if row["timing"].startswith("CUDA events around CUDA graph"):
-            def graph_call():
-                for i in range(copies):
-                    fns[i](activations[i])
-            row["do_bench_cudagraph_us"] = triton.testing.do_bench_cudagraph(
-                graph_call, rep=200, return_mode="median") * 1e3 / copies
     return row
 
 
@@ -327,7 +207,13 @@ def main():
     parser.add_argument("--fp8-block", type=int, default=128, help="0: per-channel scales")
     parser.add_argument("--compare-do-bench", action="store_true")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--w4a16-kernel", choices=sorted(vllm_gemm.W4A16_BUILDERS), default="auto",
+                        help="the W4A16 kernel the server's log named; auto: vLLM's own preference")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads, as one server rank has them (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     with open(args.shapes) as handle:
         shapes = json.load(handle)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -336,11 +222,14 @@ def main():
     rows = []
     seen = {}
     for shape in shapes:
-        key = (shape["m"], shape["k"], shape["n"], shape["dtype"])
+        key = (shape["m"], shape["k"], shape["n"], shape["dtype"], shape.get("experts"), shape.get("top_k"))
         if key not in seen:
             with torch.no_grad():
-                seen[key] = bench_shape(shape, device, args.repeats, args.group_size, args.fp8_block,
-                                        args.compare_do_bench)
+                seen[key] = (fused_moe_bench.bench_fused_moe(shape, device, args.repeats, args.group_size,
+                                                             args.compare_do_bench)
+                             if shape.get("experts") else
+                             bench_shape(shape, device, args.repeats, args.group_size, args.fp8_block,
+                                         args.compare_do_bench, args.w4a16_kernel))
         row = {**seen[key], "name": shape["name"]}
         if "gbps" in row:
             row["pct_of_copy_ceiling"] = row["gbps"] / ceiling * 100

@@ -1,0 +1,101 @@
+"""Timing of a kernel on the host's accelerator (torch and stdlib only), shared by the GEMM and
+fused-MoE microbenchmarks so both are measured exactly the same way.
+
+A kernel is given as one zero-argument call per rotated copy of its operands (weights,
+activations, routings), so the working set exceeds the last-level cache and caches do not
+flatter small shapes. On CUDA the calls are captured in one CUDA graph and replayed, as vLLM
+decodes (launch overhead out of the figure); eager launches are the fallback. On CPU:
+perf_counter around a batch of calls. Each figure is the median over repeats.
+"""
+
+import statistics
+import time
+
+import torch
+
+
+def timer(device):
+    if device == "cuda":
+        def measure(fn, calls):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(calls):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000 / calls
+    else:
+        def measure(fn, calls):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            return (time.perf_counter() - started) / calls
+    return measure
+
+
+def median_seconds(fn, device, repeats, calls):
+    measure = timer(device)
+    for _ in range(3):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return statistics.median(measure(fn, calls) for _ in range(repeats))
+
+
+def copy_ceiling_gbps(device, repeats):
+    size = (1 << 30) if device == "cuda" else (256 << 20)
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), device, repeats, 5)
+    return 2 * size / seconds / 1e9  # read + write
+
+
+def time_rotations(calls, device, repeats, do_bench=False):
+    """Seconds a call (median), with how it was timed; ``calls`` holds one closure per rotated copy.
+    With ``do_bench`` on CUDA, the same calls timed by Triton too (do_bench for eager launches,
+    do_bench_cudagraph for graph replays), as an independent check of our timing."""
+    copies = len(calls)
+    state = {"i": 0}
+
+    def call():
+        i = state["i"] = (state["i"] + 1) % copies
+        calls[i]()
+
+    row = {}
+    seconds = None
+    if device == "cuda":
+        try:  # CUDA graph replay: launch overhead out of the measurement, as vLLM decodes
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                for fn in calls:
+                    fn()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for fn in calls:
+                    fn()
+            seconds = median_seconds(graph.replay, device, repeats, 1) / copies
+            row["timing"] = "CUDA events around CUDA graph replays"
+        except Exception as err:  # noqa: BLE001 - fall back to eager launches
+            row["graph_error"] = str(err).splitlines()[0][:200]
+    batch = copies if device == "cuda" else max(1, min(copies, 4))
+    if seconds is None:
+        seconds = median_seconds(call, device, repeats, batch)
+        row["timing"] = "CUDA events, eager launches" if device == "cuda" else "perf_counter, median of repeats"
+    if do_bench and device == "cuda":
+        import triton.testing
+
+        row["eager_us"] = median_seconds(call, device, repeats, batch) * 1e6
+        row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3
+        if row["timing"].startswith("CUDA events around CUDA graph"):
+            def graph_call():
+                for fn in calls:
+                    fn()
+            row["do_bench_cudagraph_us"] = triton.testing.do_bench_cudagraph(
+                graph_call, rep=200, return_mode="median") * 1e3 / copies
+    return seconds, row
+
+
+def relative_error(out, reference):
+    out, reference = out.float(), reference.float()
+    return ((out - reference).norm() / reference.norm().clamp(min=1e-12)).item()
