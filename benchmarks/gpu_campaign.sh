@@ -9,6 +9,8 @@
 # Each shape is a config.json with `--load-format dummy` (model-shaped random weights) beside
 # the tokenizer of the project's tiny model (benchmarks/gpu_model_shapes.py). Writes one
 # OUT/<shape>.tar.gz a shape: findings.md, todo.json, the campaign's and vLLM's logs, rank 0's trace.
+# A shorter run: CONC_MAX (sweep's top concurrency, 16), GEMM_M (GEMM batch sizes, "[1, 8, 32]"),
+# COMPARE_W4A16 (what-if W4A16 rows, true).
 set -uo pipefail
 WORK=$1; OUT=$2; shift 2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,10 +38,11 @@ env = { VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1", VLLM_NO_USAGE_S
 ready_deadline_s = 420
 [macro]
 single_stream_requests = 8
-concurrency_max = 16
+concurrency_max = ${CONC_MAX:-16}
 requests_per_level = 32
 [gemm]
-batch_sizes = [1, 8, 32]
+batch_sizes = ${GEMM_M:-[1, 8, 32]}
+compare_w4a16 = ${COMPARE_W4A16:-true}
 repeats = 20
 [allreduce]
 nccl_variants = false

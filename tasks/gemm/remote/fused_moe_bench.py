@@ -14,9 +14,8 @@ import torch
 from bench_timing import relative_error, time_rotations
 
 ROTATIONS = 8
-# Int4 experts: this many quantized with vLLM's test-side Marlin packing (numpy on the CPU, about
-# a second for a Kimi-K2 expert), the others cloned from them (own memory, same values): the
-# kernel's time does not depend on the values, and 384 experts would take ten minutes.
+# Int4 experts: this many quantized and packed, the others cloned from them (own memory, same
+# values): the kernel's time does not depend on the values, and the routing picks any expert.
 DISTINCT_EXPERTS = 4
 
 
@@ -68,8 +67,8 @@ def marlin_experts(experts, k, n, group_size, device, needed):
     import vllm._custom_ops as ops
     from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
     from vllm.scalar_type import scalar_types
+    from vllm_gemm import marlin_pack
 
     uint4 = scalar_types.uint4b8
     distinct = {}  # a few distinct quantized experts, cloned for the rest (see DISTINCT_EXPERTS)
@@ -77,8 +76,7 @@ def marlin_experts(experts, k, n, group_size, device, needed):
         pair = []
         for weight in (torch.randn(2 * n, k, dtype=torch.bfloat16, device=device) * 0.02,
                        torch.randn(k, n, dtype=torch.bfloat16, device=device) * 0.02):
-            w_ref, q_w, scales, _, _, _ = marlin_quantize(weight.t().contiguous(), uint4, group_size, act_order=False)
-            pair.append((q_w, scales, w_ref.t()))
+            pair.append(marlin_pack(weight, group_size))
         distinct[e] = pair
     source = [distinct[e % len(distinct)] for e in range(experts)]
     q13, s13, q2, s2 = (torch.stack([pair[which][part].clone() for pair in source])

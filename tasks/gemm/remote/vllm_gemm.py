@@ -1,7 +1,6 @@
 """vLLM's own GEMM kernels, prepared the way its server prepares a checkpoint's weights, for the
 GEMM microbenchmark. Int4 weights are quantized once and the packed result cloned for each
-rotated copy: the kernel's time does not depend on the values, and vLLM's test-side packing
-(numpy on the CPU) would take minutes for 64 copies of a large layer. Each builder returns (one function per weight copy, reference weights
+rotated copy: the kernel's time does not depend on the values. Each builder returns (one function per weight copy, reference weights
 [N, K] in bf16 or None when the inputs are the references, kernel name), or (None, None, why
 not) so the caller falls back to a torch kernel and says so. Nothing here runs without vLLM.
 """
@@ -49,9 +48,31 @@ def machete(weights, group_size):
     return fns, [w_ref.t().to(torch.bfloat16)] * len(weights), "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)"
 
 
+def marlin_pack(weight_nk, group_size):
+    """One bf16 [N, K] weight as the server's MarlinLinearKernel holds it: uint4b8 symmetric groups
+    packed GPTQ-style along K, repacked on the GPU by `gptq_marlin_repack`, scales permuted
+    (`MarlinLinearKernel.process_weights_after_loading`). Returns (q_w, scales, reference [N, K])."""
+    import vllm._custom_ops as ops
+    from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_permute_scales
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        pack_quantized_values_into_int32,
+        quantize_weights,
+    )
+    from vllm.scalar_type import scalar_types
+
+    n, k = weight_nk.shape
+    w_ref, w_q, w_s, _ = quantize_weights(weight_nk.t().contiguous(), scalar_types.uint4b8, group_size,
+                                          zero_points=False)
+    packed = pack_quantized_values_into_int32(w_q, scalar_types.uint4b8, packed_dim=0)  # [K / 8, N]
+    no_perm = torch.empty(0, dtype=torch.int, device=weight_nk.device)
+    q_w = ops.gptq_marlin_repack(packed.contiguous(), no_perm, k, n, 4)
+    scales = marlin_permute_scales(w_s.to(torch.bfloat16).contiguous(), k, n, group_size)
+    return q_w, scales, w_ref.t().to(torch.bfloat16)
+
+
 def marlin(weights, group_size):
-    """W4A16 through vLLM's Marlin (MarlinLinearKernel: gptq_marlin layout, uint4b8 symmetric
-    groups, no act-order), called through `apply_gptq_marlin_linear` as the server calls it."""
+    """W4A16 through vLLM's Marlin (MarlinLinearKernel: no act-order), called through
+    `apply_gptq_marlin_linear` as the server calls it."""
     why = _vllm_import_error()
     if why:
         return None, None, why
@@ -59,7 +80,6 @@ def marlin(weights, group_size):
         apply_gptq_marlin_linear,
         marlin_make_workspace_new,
     )
-    from vllm.model_executor.layers.quantization.utils.marlin_utils_test import marlin_quantize
     from vllm.scalar_type import scalar_types
 
     uint4 = scalar_types.uint4b8
@@ -67,17 +87,16 @@ def marlin(weights, group_size):
     device = weights[0].device
     try:
         workspace = marlin_make_workspace_new(device)
-        no_zeros = torch.empty(0, dtype=torch.int, device=device)
-        w_ref, q_w, scales, g_idx, sort_indices, _ = marlin_quantize(
-            weights[0].t().contiguous(), uint4, group_size, act_order=False)
+        empty = torch.empty(0, dtype=torch.int, device=device)  # no zero points, no act-order
+        q_w, scales, w_ref = marlin_pack(weights[0], group_size)
         copies = [(q_w.clone(), scales.clone()) for _ in weights]
         fns = [lambda a, q_w=q_w, scales=scales: apply_gptq_marlin_linear(
-            a, q_w, scales, no_zeros, g_idx, sort_indices, workspace, uint4, n, k, is_k_full=True)
+            a, q_w, scales, empty, empty, empty, workspace, uint4, n, k, is_k_full=True)
             for q_w, scales in copies]
         fns[0](torch.randn(1, k, dtype=torch.bfloat16, device=device))
     except (RuntimeError, NotImplementedError, AssertionError, ValueError) as err:
         return None, None, f"Marlin refused the shape: {str(err).splitlines()[0][:120]}"
-    return fns, [w_ref.t().to(torch.bfloat16)] * len(weights), "vLLM marlin_gemm (Marlin W4A16, gptq_marlin layout)"
+    return fns, [w_ref] * len(weights), "vLLM marlin_gemm (Marlin W4A16, gptq_marlin layout)"
 
 
 W4A16_BUILDERS = {"machete": (machete,), "marlin": (marlin,), "auto": (machete, marlin)}
