@@ -65,7 +65,10 @@ def marlin_experts(experts, k, n, group_size, device, needed):
     """int4 experts in vLLM's Marlin-MoE layout; reference (dequantized) weights kept only for the
     experts in ``needed`` (the checked routing)."""
     import vllm._custom_ops as ops
-    from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
+    try:  # vLLM 0.26 keeps it under experts/, earlier releases one level up
+        from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
+    except ImportError:
+        from vllm.model_executor.layers.fused_moe.fused_marlin_moe import fused_marlin_moe
     from vllm.model_executor.layers.quantization.utils.marlin_utils import marlin_make_workspace_new
     from vllm.scalar_type import scalar_types
     from vllm_gemm import marlin_pack
