@@ -5,6 +5,7 @@ experts, plus a W4A16 variant of every bf16 layer; DeepSeek-V3: FP8 with 128 x 1
 runs tasks/gemm/remote/gemm_bench.py with --compare-do-bench and prints a table: our µs vs
 triton.testing.do_bench's, and % of the copy ceiling measured in the same run.
 usage: python3 benchmarks/gpu_gemm_proof.py OUT_JSON [MODEL] [W4A16_KERNEL]
+       python3 benchmarks/gpu_gemm_proof.py SAVED_JSON --report
 MODEL: kimi_k2_thinking | deepseek_v3 (TP=8) | llama_3_1_8b_w4a16 | qwen3moe_bf16 | kimik2_4layer_int4 (TP=1)
 W4A16_KERNEL: auto (default: Machete on Hopper, then Marlin) | machete | marlin
 (llama_3_1_8b_w4a16: Llama-3.1-8B at TP=1 with int4 group-128 weights, as vLLM serves it with Machete;
@@ -26,6 +27,9 @@ from tasks.model.shapes import derive_shapes  # noqa: E402
 
 def main() -> None:
     out = Path(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "--report":  # print the table of a saved run again
+        report(json.loads(out.read_text()))
+        return
     model = sys.argv[2] if len(sys.argv) > 2 else "kimi_k2_thinking"
     kernel = sys.argv[3] if len(sys.argv) > 3 else "auto"
     tp = 8
@@ -55,6 +59,10 @@ def main() -> None:
         sys.exit(1)
     document = json.loads(result.stdout.strip().splitlines()[-1])
     out.write_text(json.dumps(document, indent=1))
+    report(document)
+
+
+def report(document: dict) -> None:
     print(f"device {document['info']['device_name']}, torch {document['info']['torch']},"
           f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s")
     print(f"{'layer':30} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'graph us':>8} {'dbcg us':>8} {'diff%':>6}"

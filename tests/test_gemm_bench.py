@@ -36,3 +36,24 @@ def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
     # Bytes moved follow the format: fp8 weights are 1 byte, int4 half a byte (+ scales/zeros).
     assert rows["fp8"]["bytes_moved"] == 4 * 256 + 256 * 384 + 4 * 384 * 2
     assert rows["bf16"]["bytes_moved"] == 4 * 256 * 2 + 256 * 384 * 2 + 4 * 384 * 2
+
+
+def test_fused_moe_rows_are_checked_and_cpu_rows_carry_the_ops_own_time(tmp_path: Path) -> None:
+    """A MoE layer's routed experts (random routing, E experts, top-k): on CPU the torch fallback
+    is named, checked against the per-token reference and timed; int4 experts need vLLM's CUDA
+    Marlin-MoE and say so. CPU rows carry the op's profiled duration beside the call's."""
+    shapes = [{"name": "experts_fused", "m": 4, "k": 128, "n": 64, "dtype": dtype, "experts": 16, "top_k": 4}
+              for dtype in ("bf16", "w4a16")] + [{"name": "dense", "m": 1, "k": 256, "n": 256, "dtype": "bf16"}]
+    (tmp_path / "shapes.json").write_text(json.dumps(shapes))
+    out = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
+                          "--repeats", "3", "--group-size", "32", "--threads", "1"],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    document = json.loads(out)
+    fused_bf16, fused_int4, dense = document["rows"]
+    assert document["info"]["threads"] == 1
+    assert fused_bf16["kernel"].startswith("torch per-expert loop (fallback: ")
+    assert fused_bf16["relative_error_vs_bf16_reference"] < 0.02 and fused_bf16["us"] > 0
+    assert 4 <= fused_bf16["experts_touched"] <= 16  # 4 tokens x top-4 of 16 experts
+    assert "us" not in fused_int4 and "Marlin" not in fused_int4.get("kernel", "")
+    assert fused_int4["skipped"].startswith("vLLM's fused-MoE kernels unavailable")
+    assert dense["op_us"] is not None and dense["op_us"] > 0

@@ -201,3 +201,46 @@ def test_real_vllm_cuda_trace_matches_a_direct_count(path: Path) -> None:
     assert fa3 and all(k["category"] == "attention" for k in fa3)
     assert result["categories"]["attention"]["share_pct"] > 4
     assert result["unmatched_names"] == []
+
+
+def test_gemm_launch_order_folds_into_layer_types_on_a_real_trace() -> None:
+    """Llama-8B-shaped H200 trace: a step's GEMM launches fold over 32 layers into qkv, o_proj,
+    gate_up, down (cuBLAS's split-K reduce joined to o_proj and down_proj), and the folded µs
+    times the layers is the traced GEMM time of a step, counted directly."""
+    from tasks.analysis.results import RankBreakdown
+    from tasks.model.shapes import model_shapes
+    from tasks.synthesis.figures import KeyFigures
+    from tasks.synthesis.per_layer import fold
+
+    path = Path(__file__).parent / "data" / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"
+    rank0 = RankBreakdown.model_validate(analyze_trace(path, Classifier()))
+    config = json.loads((Path(__file__).parent / "data" / "configs" / "llama_3_1_8b.json").read_text())
+
+    class Facts:  # only the shapes are read
+        shapes = model_shapes(config, 1)
+
+    figures = KeyFigures(tp=1, rank0=rank0, breakdown=None, model=Facts(), host=None, gemm=None,
+                         allreduce=None, decode_tpot_ms=None)
+    positions, layers = fold(figures)
+    assert layers == 32 and [p.label for p in positions] == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+    assert "splitKreduce" in positions[1].kernels and "splitKreduce" in positions[3].kernels
+    assert "splitK" not in positions[0].kernels and "splitK" not in positions[2].kernels
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    windows: dict[int, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0:
+            start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
+            windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
+    classify = Classifier()
+    gemm_us = sum(e["dur"] for e in events if e.get("cat") == "kernel" and classify(e["name"]) == "gemm"
+                  and any(s <= e["ts"] <= t for s, t in windows.values()))
+    assert sum(p.traced_us for p in positions) * layers == pytest.approx(gemm_us / len(windows), rel=0.01)
+
+
+def test_moe_routing_is_apart_from_the_experts_on_a_real_trace() -> None:
+    """Kimi-K2-shaped trace: DeepSeek's grouped top-k (one a MoE layer, 3 MoE layers) is
+    routing; Marlin-MoE, alignment and the sum stay in moe, what the fused-MoE bench predicts."""
+    path = Path(__file__).parent / "data" / "vllm026_h200_kimik2_4layer_int4.rank0.trace.json.gz"
+    result = analyze_trace(path, Classifier())
+    assert result["categories"]["moe_routing"]["calls_per_step"] == pytest.approx(3.0)
+    assert result["categories"]["moe"]["calls_per_step"] == pytest.approx(15.0)  # 2 Marlin + align, sort, sum

@@ -38,6 +38,7 @@ class GemmRow(Result):
     timing: str | None = None
     graph_error: str | None = None
     us: float | None = None
+    op_us: float | None = Field(None, description="CPU: the op's own duration as a profiler trace records it (p50)")
     tflops: float | None = None
     gbps: float | None = None
     bytes_moved: int | None = None

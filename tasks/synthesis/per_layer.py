@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from orchestrator.report import md_table
 from tasks.synthesis.figures import KeyFigures
-from tasks.synthesis.reconcile import W4A16_COMPARISON
+from tasks.synthesis.reconcile import W4A16_COMPARISON, micro_us
 from tasks.view import fmt
 
 SPLIT_K_REDUCE = re.compile(r"splitKreduce|reduce_kernel|splitk_reduce", re.I)
@@ -32,8 +32,8 @@ def fold(figures: KeyFigures) -> tuple[list[LayerPosition], int] | None:
     rank0 = figures.rank0
     shapes = figures.model.shapes if figures.model else None
     sequence = rank0.gemm_sequence if rank0 else None
-    if not (sequence and shapes and shapes.num_layers):
-        return None
+    if not (sequence and shapes and shapes.num_layers) or shapes.family == "deepseek_v3":
+        return None  # DeepSeek-V3's first layers are dense, the rest MoE: no one repeating layer
     logical: list[tuple[list[str], float]] = []  # one GEMM: its kernel names and µs
     for name_index, us in sequence.positions:
         name = sequence.names[name_index]
@@ -72,7 +72,7 @@ def _micro_us(figures: KeyFigures) -> dict[str, float]:
         return {}
     wanted = max(1, round(rank0.decode_tokens_per_step or 1))
     m = min({row.m for row in timed}, key=lambda value: (abs(value - wanted), value))
-    return {row.name: row.us for row in timed if row.m == m and row.us is not None}
+    return {row.name: micro_us(row) for row in timed if row.m == m}
 
 
 def _short(name: str) -> str:

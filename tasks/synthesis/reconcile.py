@@ -6,13 +6,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tasks.gemm.results import GemmResult
+from tasks.gemm.results import GemmResult, GemmRow
 from tasks.model.shapes import ModelShapes
 from tasks.profile.results import CaptureManifest
 from tasks.synthesis.figures import KeyFigures
 from tasks.view import fmt
 
 W4A16_COMPARISON = " (as W4A16)"
+
+
+def micro_us(row: GemmRow) -> float:
+    """The figure to hold against a trace: on CPU the op's own profiled duration (what a CPU
+    trace records as the GEMM), else the kernel's time."""
+    return row.op_us if row.op_us is not None else row.us or 0.0
 
 
 @dataclass
@@ -48,7 +54,7 @@ def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, ex
     step, in the format the model runs (not the what-if W4A16 rows); None when no M was timed.
     Routed experts come from the fused-MoE rows where those were timed (what the server runs),
     else from each expert's GEMM alone."""
-    timed = {(row.name, row.m): row.us for row in gemm.rows
+    timed = {(row.name, row.m): micro_us(row) for row in gemm.rows
              if row.us is not None and not row.name.endswith(W4A16_COMPARISON)}
     measured_m = sorted({m for _, m in timed})
     if not measured_m:
@@ -90,6 +96,8 @@ def gemm_rows(figures: KeyFigures) -> list[list[str]]:
         if prediction.missing:
             verdict += f"; not timed: {', '.join(prediction.missing)}"
         what = ("routed experts, fused MoE" if prediction.fused else "routed-expert GEMMs") if experts else "GEMMs"
+        if any(row.op_us is not None for row in gemm.rows):
+            verdict += "; micro: each op's profiled duration, as a CPU trace records it"
         rows.append([f"{what} ms a decode step (M={prediction.m})",
                      f"micro: {fmt(prediction.ms_per_step, 3)} ({prediction.calls_per_step:.0f}"
                      f" {'fused-MoE layers' if prediction.fused else 'calls'})",

@@ -99,3 +99,24 @@ def time_rotations(calls, device, repeats, do_bench=False):
 def relative_error(out, reference):
     out, reference = out.float(), reference.float()
     return ((out - reference).norm() / reference.norm().clamp(min=1e-12)).item()
+
+
+def profiled_op_us(calls, rounds=20):
+    """CPU: the GEMM op as a torch.profiler trace records it (the p50 duration of its events), the
+    figure the server's trace gives each GEMM. The perf_counter figure also counts the Python
+    wrapper around the op (vLLM's `onednn_mm` allocates the output and reshapes: separate ops,
+    not GEMM time in a trace) and the dispatcher, which on small CPU GEMMs is most of a call.
+    The op: the longest top-level op that runs once a call."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(rounds):
+            for fn in calls:
+                fn()
+    by_name = {}
+    for event in prof.events():
+        if event.cpu_parent is None:
+            by_name.setdefault(event.name, []).append(event.cpu_time_total)
+    medians = [sorted(durations)[len(durations) // 2] for durations in by_name.values()
+               if len(durations) == rounds * len(calls)]
+    return max(medians) if medians else None

@@ -26,7 +26,7 @@ import json
 import fused_moe_bench
 import torch
 import vllm_gemm
-from bench_timing import copy_ceiling_gbps, relative_error, time_rotations
+from bench_timing import copy_ceiling_gbps, profiled_op_us, relative_error, time_rotations
 
 CACHE_FLUSH_BYTES = 512 << 20  # working set per rotation: well above an H200's 50 MB L2
 
@@ -190,6 +190,8 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
         return {**row, "skipped": f"result disagrees with the bf16 reference (relative error {error:.3g})"}
     calls = [(lambda fn=fn, a=a: fn(a)) for fn, a in zip(fns, activations, strict=True)]
     seconds, timing = time_rotations(calls, device, repeats, do_bench)
+    if device == "cpu":
+        timing["op_us"] = profiled_op_us(calls)
     flops = 2 * m * k * n
     moved = m * k * (1 if dtype == "fp8" else 2) + weight_bytes_per_copy + m * n * 2
     if dtype == "w4a16":
