@@ -85,6 +85,18 @@ class Campaign:
     artifacts_dir: Path = Path("state/artifacts")
     report: Callable[[TodoState], list[Path]] | None = None
     max_attempts: int = 3
+    preflight: Callable[[], list[Check]] | None = None
+    """`orchestrate check`: what would stop the campaign, found before anything long starts."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One pre-flight finding: what was checked, what was found, and whether it blocks the
+    campaign (then ``found`` names the setting and the fix)."""
+
+    what: str
+    found: str
+    blocking: bool = False
 
 
 def validate_graph(campaign: Campaign) -> None:

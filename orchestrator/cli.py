@@ -1,4 +1,4 @@
-"""The engine's command line: init, resume, status, reset, report, schema over any campaign.
+"""The engine's command line: init, resume, status, reset, report, schema, check over any campaign.
 
 The engine does not know which campaign it runs: the application passes ``open_campaign``,
 which turns the options (config path, state path, reports folder) into a ``Campaign`` (and
@@ -37,21 +37,59 @@ class OpenedCampaign:
 CampaignOpener = Callable[[Path | None, Path, Path], OpenedCampaign]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("orchestrate")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+GLOBAL_OPTIONS = (("--config", None, "campaign TOML (default: ./campaign.toml, else the embedded default)"),
+                  ("--state", Path("state/todo.json"), "todo state file (default: state/todo.json)"),
+                  ("--reports", Path("reports"), "folder for findings documents (default: reports)"))
+
+
+def _add_options(parser: argparse.ArgumentParser, with_defaults: bool) -> None:
+    for flag, default, text in GLOBAL_OPTIONS:
+        parser.add_argument(flag, type=Path, default=default if with_defaults else argparse.SUPPRESS, help=text)
+
+
 def _parser(description: str) -> argparse.ArgumentParser:
+    # The global options are accepted before or after the subcommand (`orchestrate resume --config
+    # X`): each subcommand takes them too, with SUPPRESS defaults so that one given before the
+    # subcommand is not reset by the subcommand's own parse.
     parser = argparse.ArgumentParser(prog="orchestrate", description=description)
-    parser.add_argument("--config", type=Path, help="campaign TOML (default: ./campaign.toml, else the embedded default)")
-    parser.add_argument("--state", type=Path, default=Path("state/todo.json"), help="todo state file")
-    parser.add_argument("--reports", type=Path, default=Path("reports"), help="folder for findings documents")
+    _add_options(parser, with_defaults=True)
+    parser.add_argument("--version", action="version", version=f"orchestrate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    init = sub.add_parser("init", help="write the campaign's todo file")
-    init.add_argument("--force", action="store_true", help="start over; the old file is kept as .bak")
-    sub.add_parser("resume", help="run the campaign from where its todo file stands")
-    sub.add_parser("status", help="print the todo table")
-    reset = sub.add_parser("reset", help="re-queue a todo and everything that depends on it")
-    reset.add_argument("task")
-    sub.add_parser("report", help="regenerate the findings document now")
-    sub.add_parser("schema", help="print the JSON Schema of the todo file")
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        subparser = sub.add_parser(name, help=text, description=text)
+        _add_options(subparser, with_defaults=False)
+        return subparser
+
+    command("init", "write the campaign's todo file").add_argument(
+        "--force", action="store_true", help="start over; the old file is kept as .bak")
+    command("resume", "run the campaign from where its todo file stands")
+    command("status", "print the todo table")
+    command("reset", "re-queue a todo and everything that depends on it").add_argument("task")
+    command("report", "regenerate the findings document now")
+    command("schema", "print the JSON Schema of the todo file")
+    command("check", "pre-flight: the host, its software, the model, ports, accelerators and disk,"
+                     " each problem one line; exit 2 when anything would stop the campaign")
     return parser
+
+
+def _print_checks(campaign: Campaign, source: str) -> int:
+    checks = campaign.preflight() if campaign.preflight else []
+    print(f"campaign {campaign.name} (config: {source})")
+    for check in checks:
+        print(f"{'FAIL' if check.blocking else 'ok  '}  {check.what}: {check.found}")
+    blocking = sum(check.blocking for check in checks)
+    print(f"{blocking} problem{'s' * (blocking != 1)} would stop the campaign" if blocking else "ready")
+    return InputError.exit_code if blocking else 0
 
 
 def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str = "") -> int:
@@ -115,6 +153,8 @@ def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:
 
     validate_graph(campaign)
     try:
+        if args.command == "check":
+            return _print_checks(campaign, source)
         if args.command == "init":
             with StateLock(args.state):
                 if args.state.exists():

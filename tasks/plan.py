@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.campaign import Campaign, Need
+from orchestrator.campaign import Campaign, Check, Need
 from tasks.findings import write_findings
 from tasks.session import Session
 from tasks.unit import PhaseUnit, enabled_units
@@ -25,4 +25,19 @@ def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
         artifacts_dir=session.artifacts_dir,
         report=lambda state: write_findings(session, state, enabled, {s.id: s for s in specs}),
         max_attempts=session.config.campaign.max_attempts,
+        preflight=lambda: preflight(session, enabled),
     )
+
+
+def preflight(session: Session, enabled: list[PhaseUnit]) -> list[Check]:
+    """Every enabled unit's checks in registry order; a host that cannot be reached stops the
+    rest (each later check would only repeat it)."""
+    checks: list[Check] = []
+    for unit in enabled:
+        if unit.checks is None:
+            continue
+        found = unit.checks(session)
+        checks += found
+        if unit.name == "host" and any(check.blocking for check in found):
+            break
+    return checks

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.campaign import Need, TaskSpec
+from orchestrator.campaign import Check, Need, TaskSpec
 
 if TYPE_CHECKING:
     from tasks.session import Session
@@ -48,6 +48,8 @@ class PhaseUnit:
     """Its part of the findings document, placed in campaign order."""
     selectable: bool = True
     """Listed in `campaign.phases`; False for units that run whenever their config has tasks."""
+    checks: Callable[[Session], list[Check]] | None = None
+    """Its part of `orchestrate check`: quick looks at the host that find what would fail later."""
 
 
 def enabled_units(units: list[PhaseUnit], phases: list[str]) -> list[PhaseUnit]:

@@ -240,3 +240,57 @@ def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
             break
         time.sleep(0.05)
     assert children() == []
+
+
+def test_global_options_work_after_the_subcommand_and_version_is_printed(tmp_path: Path) -> None:
+    """`orchestrate resume --config X --state Y` as users type it; options before the subcommand
+    still work and are not reset by it; --version names the package's version."""
+    (tmp_path / "cfg").mkdir()
+    config = write_command_campaign(tmp_path / "cfg", [("only", "echo ran", [])], name="after")
+    state = tmp_path / "elsewhere" / "todo.json"
+    result = run_cli(["resume", "--config", str(config), "--state", str(state), "--reports", str(tmp_path / "r")],
+                     tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert load_state(state).by_id()["only"].status == "completed"
+    assert (tmp_path / "r" / "after" / "findings.md").is_file()
+    assert not (tmp_path / "state").exists()  # nothing went to the default place
+    before = run_cli(["--state", str(state), "status"], tmp_path)
+    after = run_cli(["status", "--state", str(state)], tmp_path)
+    assert before.returncode == after.returncode == 0 and "only" in before.stdout and before.stdout == after.stdout
+    version = run_cli(["--version"], tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("orchestrate ") and version.stdout.split()[1][0].isdigit()
+    assert "--config" in run_cli(["resume", "--help"], tmp_path).stdout
+
+
+def test_check_passes_on_the_default_and_names_each_problem_of_a_broken_config(tmp_path: Path) -> None:
+    """`orchestrate check`: real host probe (this machine's python, torch, vLLM, disk, port).
+    The embedded default passes (on a port the suite's own servers do not use); a missing
+    model folder and a port held by something that is not vLLM are each one FAIL line, exit 2,
+    in seconds, and nothing is written."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "campaign.toml").write_text(f"[service]\nport = {port}\n")
+    started = time.monotonic()
+    good = run_cli(["check"], tmp_path / "ok", timeout=120)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert good.stdout.rstrip().endswith("ready") and "FAIL" not in good.stdout
+    for what in ("host:", "torch:", "vllm:", "disk:", "model:", "service.port:"):
+        assert f"ok    {what}" in good.stdout, what
+    with socket.socket() as holder:  # a port taken by something that is not a vLLM server
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        (tmp_path / "bad").mkdir()
+        (tmp_path / "bad" / "campaign.toml").write_text(
+            f'[service]\nmodel = "{tmp_path}/no-such-model"\nport = {taken}\n')
+        bad = run_cli(["check"], tmp_path / "bad", timeout=120)
+    assert bad.returncode == 2
+    fails = [line for line in bad.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 2 and "service.model" in fails[0] and "no-such-model" in fails[0]
+    assert "service.port" in fails[1] and "not vLLM" in fails[1]
+    assert time.monotonic() - started < 60
+    assert sorted(p.name for p in (tmp_path / "bad").iterdir()) == ["campaign.toml"] and "Traceback" not in bad.stderr

@@ -230,3 +230,16 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
     assert not per_expert.fused and per_expert.calls_per_step == pytest.approx(2 * 8 * 3)
     dense = predict_gemm(shapes, gemm, 1.0, experts=False)
     assert dense.ms_per_step < 1.0 and "experts_fused" not in dense.missing
+
+
+@pytest.mark.parametrize(("csv_text", "busy"), [
+    ("0, 0, 143771\n", []),  # an idle H200 (measured)
+    ("0, 4, 143771\n1, 1, 143771\n", []),
+    ("0, 0, 143771\n1, 81510, 143771\n", ["GPU 1: 81510 MiB used"]),  # a server left on GPU 1
+    ("0, [N/A], 143771\n", []),  # MIG or an unsupported query: not read as busy
+    ("", []),  # no nvidia-smi (CPU host)
+])
+def test_gpu_memory_census_reads_nvidia_smi(csv_text: str, busy: list[str]) -> None:
+    from tasks.service.lifecycle import busy_gpus
+
+    assert busy_gpus(csv_text) == busy

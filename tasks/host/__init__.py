@@ -120,4 +120,10 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                      inputs={"host": host_identity(session.config)})]
 
 
-UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection)
+def _checks(session: Session) -> list:
+    from tasks.host.checks import host_checks
+
+    return host_checks(session)
+
+
+UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection, checks=_checks)

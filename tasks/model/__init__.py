@@ -110,4 +110,10 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                      "model", run, priority=Priority.high, result_model=ModelFacts, inputs=inputs)]
 
 
-UNIT = PhaseUnit(name="model", specs=_specs, requires=("host",))
+def _checks(session: Session) -> list:
+    from tasks.model.checks import model_checks
+
+    return model_checks(session)
+
+
+UNIT = PhaseUnit(name="model", specs=_specs, requires=("host",), checks=_checks)

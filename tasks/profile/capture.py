@@ -95,7 +95,7 @@ def capture_action(session: Session):
         local_dir = ctx.artifacts_dir / "traces"
         tp = session.config.service.tensor_parallel
         cfg = session.config.profile
-        settings = {"requests": cfg.requests, "output_tokens": cfg.output_tokens,
+        settings = {"requests": cfg.requests, "output_tokens": cfg.output_tokens, "concurrency": cfg.concurrency,
                     "input_tokens": session.config.macro.input_tokens}
         manifest = safe_manifest(ctx.artifacts_dir, settings)
         if manifest is not None:
@@ -138,7 +138,7 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
         raise TaskFailed(f"POST /start_profile answered {status}: {body[:300]}")
     try:
         load = run_json_script(session, LOADGEN_SCRIPT,
-                               common + ["--requests", str(cfg.requests), "--concurrency", "1",
+                               common + ["--requests", str(cfg.requests), "--concurrency", str(cfg.concurrency),
                                          "--warmup", "0"], timeout_s=3600)
     finally:
         started = time.monotonic()
@@ -155,7 +155,7 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
                           stop_profile_s=round(stop_s, 2),
                           load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"],
-                                           concurrency=1, failed=summary["failed"],
+                                           concurrency=cfg.concurrency, failed=summary["failed"],
                                            tpot_ms=summary["tpot_ms"]))
 
 

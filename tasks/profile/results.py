@@ -34,6 +34,7 @@ class CaptureManifest(PendingCapture):
     requests: int
     output_tokens: int
     input_tokens: int
+    concurrency: int = Field(1, description="requests in flight while recording")
     folder: str = Field(description="where the fetched traces are, on this machine")
 
     def trace_paths(self) -> dict[int, Path]:

@@ -104,5 +104,11 @@ def _needs(session: Session) -> dict[str, Need]:
     return {"service": ServiceNeed(lifecycle), "accelerators_free": AcceleratorsFreeNeed(lifecycle)}
 
 
+def _checks(session: Session) -> list:
+    from tasks.service.checks import service_checks
+
+    return service_checks(session)
+
+
 UNIT = PhaseUnit(name="service", specs=_specs, config=ServiceSection, requires=("host", "model"),
-                 needs=_needs)
+                 needs=_needs, checks=_checks)

@@ -4,13 +4,13 @@ the decision rules use these (names are the rule file's vocabulary)."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tasks.allreduce.results import AllreduceResult
 from tasks.analysis.results import Breakdown, RankBreakdown
 from tasks.gemm.results import GemmResult, GemmRow
 from tasks.host import HostFacts
-from tasks.macro.results import MacroSingle
+from tasks.macro.results import MacroSingle, MacroSweep
 from tasks.model import ModelFacts
 from tasks.view import Findings
 
@@ -25,6 +25,8 @@ class KeyFigures:
     gemm: GemmResult | None
     allreduce: AllreduceResult | None
     decode_tpot_ms: float | None
+    tpot_by_concurrency: dict[int, float] = field(default_factory=dict)
+    """Mean TPOT without the profiler at each concurrency served (single stream and sweep levels)."""
 
     def share(self, category: str) -> float | None:
         if self.rank0 is None:
@@ -51,6 +53,11 @@ class KeyFigures:
 def key_figures(findings: Findings) -> KeyFigures:
     breakdown = findings.result("analysis_breakdown", Breakdown)
     single = findings.result("macro_single", MacroSingle)
+    sweep = findings.result("macro_sweep", MacroSweep)
+    tpot = {level.concurrency: level.tpot_ms.mean for level in (sweep.levels if sweep else [])
+            if level.tpot_ms.mean is not None}
+    if single and single.single_stream.tpot_ms.mean is not None:
+        tpot[1] = single.single_stream.tpot_ms.mean  # the single-stream run is the c=1 reference
     return KeyFigures(
         tp=findings.session.config.service.tensor_parallel,
         rank0=breakdown.ranks[0] if breakdown and breakdown.ranks else None,
@@ -60,6 +67,7 @@ def key_figures(findings: Findings) -> KeyFigures:
         gemm=findings.result("gemm_bench", GemmResult),
         allreduce=findings.result("allreduce_bench", AllreduceResult),
         decode_tpot_ms=single.single_stream.tpot_ms.mean if single else None,
+        tpot_by_concurrency=tpot,
     )
 
 

@@ -108,27 +108,36 @@ def gemm_rows(figures: KeyFigures) -> list[list[str]]:
 
 
 def step_vs_tpot_rows(figures: KeyFigures, capture: CaptureManifest | None) -> list[list[str]]:
-    """The trace's wall step against the TPOT of the very requests it recorded (profiler on),
-    and that TPOT against the single stream without the profiler: the profiler's own cost."""
+    """The trace's wall step against the TPOT of the very requests it recorded (profiler on), and
+    that TPOT against the same concurrency without the profiler: the profiler's own cost."""
     rank0 = figures.rank0
     if not rank0:
         return []
-    profiled = capture.load.tpot_ms.mean if capture and capture.load and capture.load.tpot_ms else None
+    load = capture.load if capture else None
+    profiled = load.tpot_ms.mean if load and load.tpot_ms else None
+    concurrency = load.concurrency if load else 1
+    unprofiled = figures.tpot_by_concurrency.get(concurrency)
     rows = []
     if profiled:
         residual = profiled - rank0.wall_ms_per_step
-        rows.append(["decode step vs TPOT (profiled requests, c=1)",
+        rows.append([f"decode step vs TPOT (profiled requests, c={concurrency})",
                      f"trace wall step: {fmt(rank0.wall_ms_per_step, 3)} ms",
                      f"TPOT while profiling: {fmt(profiled, 3)} ms",
                      f"residual {residual:.3f} ms ({residual / profiled * 100:.0f}% of TPOT): "
                      + ("time between engine steps (scheduling, API server, detokenization, streaming)"
                         if residual >= 0 else "steps overlap the next one's preparation (async"
                         " scheduling), so a token arrives faster than a step's annotated span")])
-    if profiled and figures.decode_tpot_ms:
-        overhead = profiled / figures.decode_tpot_ms
-        rows.append(["profiler overhead (c=1)", f"TPOT without profiler: {fmt(figures.decode_tpot_ms, 3)} ms",
+    if profiled and unprofiled:
+        overhead = profiled / unprofiled
+        rows.append([f"profiler overhead (c={concurrency})", f"TPOT without profiler: {fmt(unprofiled, 3)} ms",
                      f"with: {fmt(profiled, 3)} ms", f"with/without = {fmt(overhead)}"
-                     + (": the trace's absolute times are inflated by that much" if overhead > 1.1 else "")])
+                     + (": the trace's absolute times are inflated by that much" if overhead > 1.1 else
+                        ": below 1: the two runs (minutes apart) differ by more than the profiler costs, so its cost is"
+                        " not resolved here" if overhead < 0.95 else "")])
+    elif profiled:
+        rows.append([f"profiler overhead (c={concurrency})", "not measured",
+                     f"with: {fmt(profiled, 3)} ms", f"no run without the profiler at c={concurrency}:"
+                     " make profile.concurrency one of the sweep's levels"])
     elif figures.decode_tpot_ms:
         residual = figures.decode_tpot_ms - rank0.wall_ms_per_step
         rows.append(["decode step vs TPOT", f"trace wall step: {fmt(rank0.wall_ms_per_step, 3)} ms",
