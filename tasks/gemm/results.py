@@ -38,7 +38,9 @@ class GemmRow(Result):
     timing: str | None = None
     graph_error: str | None = None
     us: float | None = None
+    op: str | None = Field(None, description="CPU: the op a profiler trace records for this GEMM")
     op_us: float | None = Field(None, description="CPU: the op's own duration as a profiler trace records it (p50)")
+    op_cold_us: float | None = Field(None, description="CPU: the same with the caches flushed between calls")
     tflops: float | None = None
     gbps: float | None = None
     bytes_moved: int | None = None

@@ -26,7 +26,8 @@ def gemm_section(findings: Findings) -> str:
     if any(row.op_us is not None for row in gemm.rows):
         text += ("µs: a call from Python (perf_counter); \"op\": the GEMM op's own duration as a torch.profiler"
                  " trace records it (p50), without the wrapper's allocation and reshape: the figure the"
-                 " cross-checks hold against the server's trace.\n\n")
+                 " cross-checks hold against the server's trace; \"cold\": the same op with 64 MB written"
+                 " between calls, so its weights come from memory, not cache.\n\n")
     if any(row.experts for row in gemm.rows):
         text += ("`experts_fused` is one MoE layer's routed experts as the server runs them (both GEMMs,"
                  " the activation, token alignment and the weighted sum in vLLM's fused MoE), M tokens"
@@ -40,7 +41,8 @@ def gemm_section(findings: Findings) -> str:
             rows.append([name, row.m, row.k, row.n, row.dtype, "-", "-", "-", "-", "-", row.skipped or ""])
             continue
         error = row.relative_error_vs_bf16_reference
-        us = fmt(row.us, 1) + (f" (op {fmt(row.op_us, 1)})" if row.op_us is not None else "")
+        us = fmt(row.us, 1) + (f" (op {fmt(row.op_us, 1)}, cold {fmt(row.op_cold_us, 1)})"
+                                if row.op_us is not None else "")
         rows.append([name, row.m, row.k, row.n, row.dtype, row.kernel or "", us,
                      fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1),
                      f"{error:.1e}" if error is not None else ""])

@@ -24,6 +24,7 @@ class LayerPosition:
     kernels: str
     traced_us: float
     micro_us: float | None
+    micro_cold_us: float | None = None
 
 
 def fold(figures: KeyFigures) -> tuple[list[LayerPosition], int] | None:
@@ -50,20 +51,21 @@ def fold(figures: KeyFigures) -> tuple[list[LayerPosition], int] | None:
              if layer.kind == "dense" and layer.count_per_layer == 1.0 and layer.name != "lm_head"]
     labels = [layer.name for layer in dense] if len(dense) == per_layer else [
         f"GEMM #{j + 1} of a layer" for j in range(per_layer)]
-    micro = _micro_us(figures)
+    micro, cold = _micro_us(figures), _micro_us(figures, cold=True)
     positions = []
     for j in range(per_layer):
         group = [logical[layer * per_layer + j] for layer in range(layers)]
         names = Counter(" + ".join(_short(n) for n in names) for names, _ in group).most_common(1)[0][0]
         positions.append(LayerPosition(labels[j], names, sum(us for _, us in group) / layers,
-                                       micro.get(labels[j])))
+                                       micro.get(labels[j]), cold.get(labels[j])))
     for names, us in logical[layers * per_layer:]:
+        last = len(logical) - layers * per_layer == 1  # one GEMM after the layers: the lm_head
         positions.append(LayerPosition("after the layers", " + ".join(_short(n) for n in names), us,
-                                       micro.get("lm_head") if len(logical) - layers * per_layer == 1 else None))
+                                       micro.get("lm_head") if last else None, cold.get("lm_head") if last else None))
     return positions, layers
 
 
-def _micro_us(figures: KeyFigures) -> dict[str, float]:
+def _micro_us(figures: KeyFigures, cold: bool = False) -> dict[str, float]:
     rank0, gemm = figures.rank0, figures.gemm
     if not (rank0 and gemm):
         return {}
@@ -72,7 +74,9 @@ def _micro_us(figures: KeyFigures) -> dict[str, float]:
         return {}
     wanted = max(1, round(rank0.decode_tokens_per_step or 1))
     m = min({row.m for row in timed}, key=lambda value: (abs(value - wanted), value))
-    return {row.name: micro_us(row) for row in timed if row.m == m}
+    if cold and not any(row.op_cold_us is not None for row in timed):
+        return {}
+    return {row.name: micro_us(row, cold) for row in timed if row.m == m}
 
 
 def _short(name: str) -> str:
@@ -84,10 +88,13 @@ def per_layer_section(figures: KeyFigures) -> str:
     if folded is None:
         return ""
     positions, layers = folded
+    with_cold = any(p.micro_cold_us is not None for p in positions)
     rows = [[p.label, p.kernels, fmt(p.traced_us, 1), fmt(p.micro_us, 1),
+             *([fmt(p.micro_cold_us, 1)] if with_cold else []),
              fmt(p.micro_us / p.traced_us) if p.micro_us and p.traced_us else "-"] for p in positions]
     return ("### GEMM kernels per layer type (rank 0, decode)\n\n"
             f"A decode step's GEMM launches in order, folded over the model's {layers} layers (µs: the"
             " mean over layers and steps; a split-K reduce joins its GEMM). Micro: the GEMM phase's"
             " figure for that layer at the step's batch.\n\n"
-            + md_table(["layer", "kernel(s) (trace)", "trace µs", "micro µs", "micro/trace"], rows))
+            + md_table(["layer", "kernel(s) (trace)", "trace µs", "micro µs",
+                        *(["micro µs, caches flushed"] if with_cold else []), "micro/trace"], rows))

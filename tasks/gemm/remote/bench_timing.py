@@ -101,22 +101,35 @@ def relative_error(out, reference):
     return ((out - reference).norm() / reference.norm().clamp(min=1e-12)).item()
 
 
-def profiled_op_us(calls, rounds=20):
-    """CPU: the GEMM op as a torch.profiler trace records it (the p50 duration of its events), the
-    figure the server's trace gives each GEMM. The perf_counter figure also counts the Python
-    wrapper around the op (vLLM's `onednn_mm` allocates the output and reshapes: separate ops,
-    not GEMM time in a trace) and the dispatcher, which on small CPU GEMMs is most of a call.
-    The op: the longest top-level op that runs once a call."""
+def _top_level_ops(calls, rounds, before_each=None):
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(rounds):
             for fn in calls:
+                if before_each is not None:
+                    before_each()
                 fn()
     by_name = {}
     for event in prof.events():
         if event.cpu_parent is None:
             by_name.setdefault(event.name, []).append(event.cpu_time_total)
-    medians = [sorted(durations)[len(durations) // 2] for durations in by_name.values()
-               if len(durations) == rounds * len(calls)]
-    return max(medians) if medians else None
+    return {name: sorted(durations)[len(durations) // 2] for name, durations in by_name.items()}
+
+
+def profiled_op_us(calls, rounds=20, cold_bytes=64 << 20):
+    """CPU: the GEMM op as a torch.profiler trace records it (p50 of its events), the figure the
+    server's trace gives each GEMM; warm (the op's operands cached, as in a tight loop) and cold
+    (``cold_bytes`` written between calls, more than a last-level cache holds, so the weights come
+    from memory). A CPU GEMM's time depends mostly on that cache state, and the server's op sits
+    somewhere between: the two bracket it. The perf_counter figure also counts the Python wrapper
+    around the op (vLLM's `onednn_mm` allocates the output and reshapes: separate ops, not GEMM
+    time in a trace) and the dispatcher, which on small CPU GEMMs is most of a call.
+    The op: the longest top-level op of a call. Returns (name, warm µs, cold µs)."""
+    warm = _top_level_ops(calls, rounds)
+    if not warm:
+        return None, None, None
+    name = max(warm, key=warm.__getitem__)
+    flush = torch.empty(cold_bytes, dtype=torch.uint8)
+    cold = _top_level_ops(calls[:4], max(2, rounds // 4), before_each=lambda: flush.add_(1))
+    return name, warm[name], cold.get(name)

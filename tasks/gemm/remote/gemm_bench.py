@@ -191,7 +191,7 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
     calls = [(lambda fn=fn, a=a: fn(a)) for fn, a in zip(fns, activations, strict=True)]
     seconds, timing = time_rotations(calls, device, repeats, do_bench)
     if device == "cpu":
-        timing["op_us"] = profiled_op_us(calls)
+        timing["op"], timing["op_us"], timing["op_cold_us"] = profiled_op_us(calls)
     flops = 2 * m * k * n
     moved = m * k * (1 if dtype == "fp8" else 2) + weight_bytes_per_copy + m * n * 2
     if dtype == "w4a16":
