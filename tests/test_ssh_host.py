@@ -198,3 +198,38 @@ def test_detached_process_has_its_own_group_and_outlives_the_connection(ssh_host
         assert ssh_host.group_pids(pid) == [pid]  # a new connection still sees it running
     finally:
         assert ssh_host.stop_group(pid, grace_s=5)
+
+
+def test_a_commands_children_die_with_the_connection(ssh_host: SSHHost, sshd) -> None:
+    """The connection drops (sshd's process for it killed, as when the controller is SIGKILLed)
+    while a command runs children, one in a session of its own as torchrun starts its ranks:
+    within a few seconds none is left, and the next command on a new connection works."""
+    import subprocess
+
+    marker = "3007.25"
+
+    def children() -> list[str]:
+        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+        return [line for line in table.splitlines()
+                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+
+    threading.Timer(1.0, sshd.kill_sessions).start()
+    with pytest.raises(ConnectionLost):
+        ssh_host.run(f"sleep {marker} & setsid sleep {marker} & wait", timeout_s=60)
+    for _ in range(100):
+        if not children():
+            break
+        time.sleep(0.1)
+    assert children() == []
+    assert ssh_host.run("echo back").stdout == "back\n"
+
+
+def test_a_command_that_ends_leaves_no_watchdog(ssh_host: SSHHost) -> None:
+    """Each command's watchdog ends with it: many short commands leave no process behind, and
+    exit codes still come through."""
+    assert ssh_host.run("exit 7", check=False).exit_code == 7
+    for _ in range(20):
+        ssh_host.run("true")
+    time.sleep(1.2)  # a watchdog's last `sleep 1`
+    table = ssh_host.run("ps -o pid=,args= --ppid $PPID").stdout  # what hangs off our sshd
+    assert len([line for line in table.splitlines() if "sleep 1" in line]) == 0, table

@@ -17,6 +17,19 @@ import time
 import paramiko
 
 CHUNK_BYTES = 1 << 20
+# A command's children die with our connection, as a local command's die with the controller
+# (orchestrator/hosts/local.py): without a terminal, sshd sends no hangup when the connection
+# drops (the controller was killed, the network went), and this shell would wait for the command
+# to end on its own, a `torchrun` and its ranks holding GPUs and a port meanwhile. The watchdog
+# polls the shell's parent, sshd's process for our connection, which exits when the connection
+# does; it then kills the command's whole tree, by parentage (torchrun puts ranks in sessions of
+# their own). `$PPID` is the shell's parent in subshells too; `ps -p`, not `kill -0`, as sshd
+# may run as another user.
+PARENT_DEATH = (
+    "( tree() { for c in $(ps -o pid= --ppid \"$1\"); do tree \"$c\"; done; echo \"$1\"; };"
+    " while ps -p $PPID >/dev/null 2>&1 && kill -0 $__c 2>/dev/null; do sleep 1; done;"
+    " kill -0 $__c 2>/dev/null && kill -9 $(tree $__c) ) </dev/null >/dev/null 2>&1 &"
+)
 
 
 class ShellTimeout(Exception):
@@ -39,9 +52,11 @@ class RemoteShell:
     def run(self, command: str, timeout_s: float | None) -> tuple[int, str, str]:
         marker = secrets.token_hex(12)
         # eval of a quoted string in a subshell: a syntax error, `exit` or `cd` in the command
-        # ends or changes only that subshell, never the shell that serves the next command.
-        script = (f"( eval {shlex.quote(command)} ) </dev/null; printf '\\n%s %s\\n' {marker} $?;"
-                  f" printf '\\n%s\\n' {marker} >&2\n")
+        # ends or changes only that subshell, never the shell that serves the next command. It
+        # runs beside a watchdog tied to our connection (see PARENT_DEATH).
+        script = (f"( eval {shlex.quote(command)} ) </dev/null & __c=$!; {PARENT_DEATH} __w=$!;"
+                  f" wait $__c; __rc=$?; kill $__w 2>/dev/null;"
+                  f" printf '\\n%s %s\\n' {marker} $__rc; printf '\\n%s\\n' {marker} >&2\n")
         self.channel.sendall(script.encode())
         out_end = f"\n{marker} ".encode()
         err_end = f"\n{marker}\n".encode()
