@@ -87,6 +87,8 @@ class Campaign:
     max_attempts: int = 3
     preflight: Callable[[], list[Check]] | None = None
     """`orchestrate check`: what would stop the campaign, found before anything long starts."""
+    stop: Callable[[], list[str]] | None = None
+    """`orchestrate stop`: stop what the campaign started on the host; a line per thing done."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The engine's command line: init, resume, status, reset, report, schema, check over any campaign.
+"""The engine's command line: init, resume, status, reset, report, schema, check, stop over any
+campaign.
 
 The engine does not know which campaign it runs: the application passes ``open_campaign``,
 which turns the options (config path, state path, reports folder) into a ``Campaign`` (and
@@ -77,6 +78,8 @@ def _parser(description: str) -> argparse.ArgumentParser:
     command("reset", "re-queue a todo and everything that depends on it").add_argument("task")
     command("report", "regenerate the findings document now")
     command("schema", "print the JSON Schema of the todo file")
+    command("stop", "stop what the campaign started on the host (its server's whole process tree) and"
+                    " free the accelerators; refused while an orchestrate runs on this state")
     command("check", "pre-flight: the host, its software, the model, ports, accelerators and disk,"
                      " each problem one line; exit 2 when anything would stop the campaign")
     return parser
@@ -155,6 +158,15 @@ def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:
     try:
         if args.command == "check":
             return _print_checks(campaign, source)
+        if args.command == "stop":
+            with StateLock(args.state):  # a running campaign would relaunch what we stop
+                for line in campaign.stop() if campaign.stop else ["nothing to stop"]:
+                    print(line)
+                state = load_state(args.state) if args.state.is_file() else None
+                running = [todo.id for todo in state.todos if todo.status == "in_progress"] if state else []
+                if running:
+                    print(f"interrupted earlier, re-run by `orchestrate resume`: {', '.join(running)}")
+            return 0
         if args.command == "init":
             with StateLock(args.state):
                 if args.state.exists():

@@ -26,6 +26,8 @@ def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
         report=lambda state: write_findings(session, state, enabled, {s.id: s for s in specs}),
         max_attempts=session.config.campaign.max_attempts,
         preflight=lambda: preflight(session, enabled),
+        # Every unit's, enabled or not: what an earlier configuration started is ours to stop too.
+        stop=lambda: [line for unit in units if unit.stop is not None for line in unit.stop(session)],
     )
 
 

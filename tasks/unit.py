@@ -50,6 +50,8 @@ class PhaseUnit:
     """Listed in `campaign.phases`; False for units that run whenever their config has tasks."""
     checks: Callable[[Session], list[Check]] | None = None
     """Its part of `orchestrate check`: quick looks at the host that find what would fail later."""
+    stop: Callable[[Session], list[str]] | None = None
+    """Its part of `orchestrate stop`: stop what it started on the host, a line per thing done."""
 
 
 def enabled_units(units: list[PhaseUnit], phases: list[str]) -> list[PhaseUnit]:

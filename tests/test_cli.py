@@ -294,3 +294,40 @@ def test_check_passes_on_the_default_and_names_each_problem_of_a_broken_config(t
     assert "service.port" in fails[1] and "not vLLM" in fails[1]
     assert time.monotonic() - started < 60
     assert sorted(p.name for p in (tmp_path / "bad").iterdir()) == ["campaign.toml"] and "Traceback" not in bad.stderr
+
+
+def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp_path: Path) -> None:
+    """`orchestrate stop` after a controller died with the server up: the server's process group
+    (here a stand-in for vLLM's tree: a leader that already exited and two workers it left, as
+    when the API server dies first) is gone, nothing of ours remains; a second stop says there is
+    nothing to stop. While an orchestrate holds the state, stop is refused (exit 3)."""
+    from orchestrator.hosts.local import LocalHost
+    from orchestrator.statefile import StateLock
+
+    marker = "3009.5"
+    (tmp_path / "campaign.toml").write_text("[service]\nport = 1\n")  # nothing listens on port 1
+    pid_file = tmp_path / "state" / "host" / "service" / "vllm.pid"
+    pid_file.parent.mkdir(parents=True)
+    host = LocalHost()
+    pid = host.start_detached(["sh", "-c", f"sleep {marker} & sleep {marker} & exit 0"],
+                              str(tmp_path / "server.log"), str(pid_file))
+
+    def ours() -> list[str]:
+        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+        return [line for line in table.splitlines()
+                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+
+    for _ in range(100):
+        if len(ours()) == 2:
+            break
+        time.sleep(0.05)
+    assert len(ours()) == 2
+    with StateLock(tmp_path / "state" / "todo.json"):
+        refused = run_cli(["stop"], tmp_path, timeout=60)
+    assert refused.returncode == 3 and len(ours()) == 2
+    stopped = run_cli(["stop"], tmp_path, timeout=60)
+    assert stopped.returncode == 0, stopped.stderr
+    assert f"stopped the server's process group {pid}" in stopped.stdout
+    assert ours() == [] and host.group_pids(pid) == []
+    again = run_cli(["stop"], tmp_path, timeout=60)
+    assert again.returncode == 0 and "no server of this campaign runs" in again.stdout

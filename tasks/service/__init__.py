@@ -110,5 +110,20 @@ def _checks(session: Session) -> list:
     return service_checks(session)
 
 
+def _stop(session: Session) -> list[str]:
+    """The server this campaign launched (its pid file on the host): its whole process group, then
+    the census of accelerators_free. A server we did not launch is left alone."""
+    from tasks.service.lifecycle import ServiceLifecycle
+
+    lifecycle = ServiceLifecycle(session)
+    host = session.host()
+    pid = lifecycle.our_pid()
+    if pid is None:
+        return [f"no server of this campaign runs on {host.name}"]
+    lifecycle.ensure_stopped()  # raises unless the census passes: port closed, no pid, GPUs free
+    return [f"stopped the server's process group {pid} on {host.name}: port {session.config.service.port}"
+            " closed, no process of it left, no GPU process or memory held"]
+
+
 UNIT = PhaseUnit(name="service", specs=_specs, config=ServiceSection, requires=("host", "model"),
-                 needs=_needs, checks=_checks)
+                 needs=_needs, checks=_checks, stop=_stop)
