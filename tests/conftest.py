@@ -34,6 +34,14 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subpr
                           capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 
 
+def live_processes(prefix: str) -> list[str]:
+    """Processes (not zombies) whose command line starts with ``prefix``: a marker a test's
+    children carry (e.g. `sleep 3007.5`), to count what is left after a kill."""
+    table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
+    return [line for line in table.splitlines()
+            if line.split(None, 1)[-1].startswith(prefix) and not line.startswith("Z")]
+
+
 def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str]]],
                            name: str = "quick", max_attempts: int = 3) -> Path:
     """A campaign of plain command tasks: (id, shell command, dependencies) each."""

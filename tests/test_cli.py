@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import interruptible, run_cli, write_command_campaign
+from conftest import interruptible, live_processes, run_cli, write_command_campaign
 
 from orchestrator.statefile import load_state
 
@@ -224,9 +224,7 @@ def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def children() -> list[str]:
-        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-        return [line for line in table.splitlines()
-                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+        return live_processes(f"sleep {marker}")
 
     for _ in range(200):
         if len(children()) == 2:
@@ -313,9 +311,7 @@ def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp
                               str(tmp_path / "server.log"), str(pid_file))
 
     def ours() -> list[str]:
-        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-        return [line for line in table.splitlines()
-                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+        return live_processes(f"sleep {marker}")
 
     for _ in range(100):
         if len(ours()) == 2:

@@ -204,14 +204,12 @@ def test_a_commands_children_die_with_the_connection(ssh_host: SSHHost, sshd) ->
     """The connection drops (sshd's process for it killed, as when the controller is SIGKILLed)
     while a command runs children, one in a session of its own as torchrun starts its ranks:
     within a few seconds none is left, and the next command on a new connection works."""
-    import subprocess
+    from conftest import live_processes
 
     marker = "3007.25"
 
     def children() -> list[str]:
-        table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-        return [line for line in table.splitlines()
-                if line.split(None, 1)[-1].startswith(f"sleep {marker}") and not line.startswith("Z")]
+        return live_processes(f"sleep {marker}")
 
     threading.Timer(1.0, sshd.kill_sessions).start()
     with pytest.raises(ConnectionLost):
