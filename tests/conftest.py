@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,17 @@ def live_processes(prefix: str) -> list[str]:
     table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
     return [line for line in table.splitlines()
             if line.split(None, 1)[-1].startswith(prefix) and not line.startswith("Z")]
+
+
+def wait_for_processes(prefix: str, count: int, timeout_s: float = 10) -> list[str]:
+    """Poll until exactly ``count`` processes carry the marker (started, or gone after a kill),
+    or the time is up; the last census either way, for the test to assert on."""
+    deadline = time.monotonic() + timeout_s
+    found = live_processes(prefix)
+    while len(found) != count and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = live_processes(prefix)
+    return found
 
 
 def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str]]],

@@ -11,7 +11,13 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import interruptible, live_processes, run_cli, write_command_campaign
+from conftest import (
+    interruptible,
+    live_processes,
+    run_cli,
+    wait_for_processes,
+    write_command_campaign,
+)
 
 from orchestrator.statefile import load_state
 
@@ -223,21 +229,10 @@ def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def children() -> list[str]:
-        return live_processes(f"sleep {marker}")
-
-    for _ in range(200):
-        if len(children()) == 2:
-            break
-        time.sleep(0.05)
-    assert len(children()) == 2
+    assert len(wait_for_processes(f"sleep {marker}", 2)) == 2
     process.send_signal(signal.SIGKILL)
     process.wait()
-    for _ in range(100):
-        if not children():
-            break
-        time.sleep(0.05)
-    assert children() == []
+    assert wait_for_processes(f"sleep {marker}", 0, timeout_s=5) == []
 
 
 def test_global_options_work_after_the_subcommand_and_version_is_printed(tmp_path: Path) -> None:
@@ -313,11 +308,7 @@ def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp
     def ours() -> list[str]:
         return live_processes(f"sleep {marker}")
 
-    for _ in range(100):
-        if len(ours()) == 2:
-            break
-        time.sleep(0.05)
-    assert len(ours()) == 2
+    assert len(wait_for_processes(f"sleep {marker}", 2, timeout_s=5)) == 2
     with StateLock(tmp_path / "state" / "todo.json"):
         refused = run_cli(["stop"], tmp_path, timeout=60)
     assert refused.returncode == 3 and len(ours()) == 2

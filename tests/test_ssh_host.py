@@ -204,21 +204,13 @@ def test_a_commands_children_die_with_the_connection(ssh_host: SSHHost, sshd) ->
     """The connection drops (sshd's process for it killed, as when the controller is SIGKILLed)
     while a command runs children, one in a session of its own as torchrun starts its ranks:
     within a few seconds none is left, and the next command on a new connection works."""
-    from conftest import live_processes
+    from conftest import wait_for_processes
 
     marker = "3007.25"
-
-    def children() -> list[str]:
-        return live_processes(f"sleep {marker}")
-
     threading.Timer(1.0, sshd.kill_sessions).start()
     with pytest.raises(ConnectionLost):
         ssh_host.run(f"sleep {marker} & setsid sleep {marker} & wait", timeout_s=60)
-    for _ in range(100):
-        if not children():
-            break
-        time.sleep(0.1)
-    assert children() == []
+    assert wait_for_processes(f"sleep {marker}", 0) == []
     assert ssh_host.run("echo back").stdout == "back\n"
 
 

@@ -19,9 +19,10 @@ def service_checks(session: Session) -> list[Check]:
     lifecycle = ServiceLifecycle(session)
     checks = []
     port = cfg.service.port
-    served = lifecycle.serving_model() if host.port_open(port) else None
+    taken = host.port_open(port)
+    served = lifecycle.serving_model() if taken else None
     ours = lifecycle.our_pid()
-    if not host.port_open(port):
+    if not taken:
         checks.append(Check("service.port", f"{port} free on {host.name}"))
     elif ours is not None:
         checks.append(Check("service.port", f"{port} held by the server this campaign launched (pid {ours})"))
