@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
         from tasks.registry import UNITS
 
         units = UNITS
-    return cli.main(argv, opener(units), description=__doc__.splitlines()[0])
+    from tasks.synthesis.compare_command import COMPARE
+
+    return cli.main(argv, opener(units), description=__doc__.splitlines()[0], extra={"compare": COMPARE})
 
 
 if __name__ == "__main__":

@@ -38,6 +38,16 @@ class OpenedCampaign:
 CampaignOpener = Callable[[Path | None, Path, Path], OpenedCampaign]
 
 
+@dataclass
+class ExtraCommand:
+    """An application's own subcommand (e.g. `compare`): its help, its arguments, and what it
+    runs with the parsed options; it needs no campaign opened."""
+
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -57,7 +67,7 @@ def _add_options(parser: argparse.ArgumentParser, with_defaults: bool) -> None:
         parser.add_argument(flag, type=Path, default=default if with_defaults else argparse.SUPPRESS, help=text)
 
 
-def _parser(description: str) -> argparse.ArgumentParser:
+def _parser(description: str, extra: dict[str, ExtraCommand]) -> argparse.ArgumentParser:
     # The global options are accepted before or after the subcommand (`orchestrate resume --config
     # X`): each subcommand takes them too, with SUPPRESS defaults so that one given before the
     # subcommand is not reset by the subcommand's own parse.
@@ -82,6 +92,8 @@ def _parser(description: str) -> argparse.ArgumentParser:
                     " free the accelerators; refused while an orchestrate runs on this state")
     command("check", "pre-flight: the host, its software, the model, ports, accelerators and disk,"
                      " each problem one line; exit 2 when anything would stop the campaign")
+    for name, extra_command in extra.items():
+        extra_command.arguments(command(name, extra_command.help))
     return parser
 
 
@@ -95,13 +107,17 @@ def _print_checks(campaign: Campaign, source: str) -> int:
     return InputError.exit_code if blocking else 0
 
 
-def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str = "") -> int:
+def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str = "",
+         extra: dict[str, ExtraCommand] | None = None) -> int:
+    extra = extra or {}
     try:
-        args = _parser(description or __doc__.splitlines()[0]).parse_args(argv)
+        args = _parser(description or __doc__.splitlines()[0], extra).parse_args(argv)
     except SystemExit as exit_:
         return 2 if exit_.code not in (0, None) else 0
     try:
         _check_paths(args)
+        if args.command in extra:
+            return extra[args.command].run(args)
         return _dispatch(args, open_campaign)
     except BrokenPipeError:
         # The reader of our output went away (`orchestrate schema | head`): nothing to report.

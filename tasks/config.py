@@ -30,6 +30,11 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
         name=(str, Field("default", pattern=r"^[A-Za-z0-9_.-]+$")),
         phases=(list[phase_name], Field(default_factory=lambda: list(selectable))),
         max_attempts=(int, Field(3, ge=1, le=100)),
+        baseline=(str | None, Field(None, description="a todo file, report folder or baseline.json to compare"
+                                    " against: the findings gain a 'Versus baseline' section")),
+        applied_option=(str | None, Field(None, description="the decision option this campaign applied"
+                                          " (its id): a comparison shows its predicted gain beside the realised one")),
+        decision_rules=(str | None, Field(None, description="a decision rules file replacing the shipped one")),
         __validators__={"unique": field_validator("phases")(_unique)},
     )
     fields: dict[str, Any] = {"campaign": (campaign_section, Field(default_factory=campaign_section))}

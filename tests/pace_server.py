@@ -9,7 +9,8 @@ model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its se
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
 stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`;
 DIE_AFTER=n exits the whole process when the (n+1)-th completion request arrives (a server that
-dies mid-benchmark).
+dies mid-benchmark). $PACE_SLOW="3-4,7-8" streams those completion requests (1-based, in arrival
+order) at $PACE_SLOW_FACTOR (default 3) times the pace: a run that is slow for a while.
 """
 
 from __future__ import annotations
@@ -65,7 +66,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                 await writer.drain()
                 continue
             tokens = json.loads(body)["max_tokens"]
-            await stream(writer, tokens, ttft, pace, stall, tail)
+            slow = any(int(a) <= COUNTER["n"] <= int(b) for a, _, b in
+                       (part.partition("-") for part in filter(None, os.environ.get("PACE_SLOW", "").split(","))))
+            factor = float(os.environ.get("PACE_SLOW_FACTOR", "3")) if slow else 1.0
+            await stream(writer, tokens, ttft, pace * factor, stall, tail)
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:

@@ -46,7 +46,7 @@ def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> 
                         "## Decode-step breakdown (profiler traces)",
                         "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes",
                         "## Phase 2b: all-reduce microbenchmarks at decode sizes", "## Cross-checks",
-                        "## Bottleneck analysis", "## Decision record", "## Baseline", "## How to reproduce",
+                        "## Where TPOT goes (decode-step model)", "## Bottleneck analysis", "## Decision record", "## Baseline", "## How to reproduce",
                         "## Tasks", "## Human notes"]
     state = load_state(FIXTURE).by_id()
     rank0 = state["analysis_breakdown"].result["ranks"][0]
@@ -65,8 +65,29 @@ def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> 
     # the analysis (its code digest is one of its inputs; it is cheap to run again).
     stale_rows = [line for line in text.splitlines() if line.startswith("| ") and "config changed" in line]
     assert all(row.startswith("| analysis_breakdown | config changed: analysis.code") for row in stale_rows)
-    for png in ("throughput.png", "latency.png", "breakdown.png"):
+    for png in ("throughput.png", "latency.png", "ttft.png", "pareto.png", "breakdown.png"):
         assert (tmp_path / "reports" / "default" / png).stat().st_size > 1000
+
+
+def test_the_step_model_adds_up_to_the_profiled_tpot_and_every_option_has_a_prediction(tmp_path: Path) -> None:
+    text = assemble(tmp_path)
+    state = load_state(FIXTURE).by_id()
+    profiled = state["profile_capture"].result["load"]["tpot_ms"]["mean"]
+    model = text[text.index("## Where TPOT goes"):text.index("## Bottleneck analysis")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in model.splitlines() if line.startswith("| ")][1:]
+    *parts, total = rows
+    assert total[3] == f"**{profiled:.3f}**"
+    assert sum(float(row[3]) for row in parts) == pytest.approx(profiled, abs=0.001 * len(parts))
+    assert parts[-1][0].startswith("rest, outside any step")  # the unexplained rest, shown
+    record = text[text.index("## Decision record"):text.index("Why each option could help")]
+    options = [[c.strip() for c in line.strip("|").split("|")] for line in record.splitlines() if line.startswith("| ")][1:]
+    assert len(options) == 7
+    for option in options:
+        assert float(option[2]) == float(option[2]), option  # a predicted change in ms on every row
+        assert option[4].startswith("`") and " with " in option[4]  # the formula and its inputs
+    # Serving rows show the spread over their runs.
+    serving = text[text.index("| run | c |"):text.index("Cross-check against the server")]
+    assert serving.count(" stable |") + serving.count(" noisy |") + serving.count(" unstable |") == 5
 
 
 def test_findings_name_the_results_a_config_change_made_stale(tmp_path: Path) -> None:

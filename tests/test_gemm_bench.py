@@ -26,6 +26,7 @@ def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
         assert "skipped" not in row, row
         assert row["us"] > 0 and row["pct_of_copy_ceiling"] > 0, dtype
         assert row["relative_error_vs_bf16_reference"] < 0.02, dtype
+        assert row["samples"] == 3 and row["spread_pct"] >= 0, dtype  # the median's own noise
     # fp8 on a CPU: no blockwise kernel there, so the finest available scaling is used and named.
     assert rows["fp8"]["kernel"] == "torch._scaled_mm fp8 e4m3, rowwise scales"
     assert rows["w4a16"]["kernel"] == "torch._weight_int4pack_mm_for_cpu"
@@ -57,3 +58,17 @@ def test_fused_moe_rows_are_checked_and_cpu_rows_carry_the_ops_own_time(tmp_path
     assert "us" not in fused_int4 and "Marlin" not in fused_int4.get("kernel", "")
     assert fused_int4["skipped"].startswith("vLLM's fused-MoE kernels unavailable")
     assert dense["op_us"] is not None and dense["op_us"] > 0
+
+
+def test_a_time_out_of_line_with_the_neighbouring_batch_sizes_is_suspect() -> None:
+    """Figures from a real findings document: qkv at M=8 37.4 µs, then 4,192.7 µs at M=32."""
+    sys.path.insert(0, str(ROOT / "tasks/gemm/remote"))
+    from bench_timing import shape_outliers
+
+    rest = (4096, 6144, "bf16", None, None)
+    assert shape_outliers({(1, *rest): 30.1, (8, *rest): 37.4, (32, *rest): 4192.7}) == {(32, *rest)}
+    assert shape_outliers({(1, *rest): 300.0, (8, *rest): 37.4, (32, *rest): 80.0}) == {(1, *rest)}
+    # Plausible growth (weight-bound at small M, compute-bound later) is left alone.
+    assert shape_outliers({(1, *rest): 30.1, (8, *rest): 37.4, (32, *rest): 95.0, (128, *rest): 340.0}) == set()
+    other = (4096, 4096, "bf16", None, None)  # another GEMM: never compared with the first
+    assert shape_outliers({(8, *rest): 37.4, (32, *other): 4192.7}) == set()

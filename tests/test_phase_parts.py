@@ -4,6 +4,7 @@ capture's file bookkeeping, the decision rules with figures that were not measur
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from orchestrator.errors import InputError
 from tasks.profile.capture import rank_traces, safe_manifest
 from tasks.profile.results import CaptureManifest
 from tasks.service.vllm_log import LoadProgress
-from tasks.synthesis.decisions import decide, evaluate
+from tasks.synthesis.decisions import decide, evaluate, fmt_figure, load_rules
+from tasks.synthesis.estimates import expected_accepted
 
 # Lines as vLLM writes them (../shared/FACTS.md: 0.32 CPU, 0.26 CUDA on an H200).
 CPU_LOG = """INFO Starting to load model /m...
@@ -87,31 +89,85 @@ def test_an_earlier_capture_is_reused_only_whole_and_with_the_same_settings(tmp_
     assert safe_manifest(tmp_path, settings) is None
 
 
-FIGURES = {"tp": 2, "comm_share_pct": 52.0, "gemm_share_pct": 20.0, "attention_share_pct": 5.0,
-           "moe_share_pct": 0.0, "quantized": 0, "decode_tpot_ms": 4.7, "w4a16_vs_bf16_speedup": 1.5, "cuda": 0}
+BASE = {"tp": 2, "cuda": 1, "quantized": 0, "tpot_ms": 10.0, "tpot_spread_pct": 1.0, "decode_tpot_ms": 10.0,
+        "comm_ms": 3.0, "gemm_ms": 4.0, "attention_ms": 1.0, "moe_ms": 0.0, "comm_share_pct": 30.0,
+        "gemm_share_pct": 40.0, "attention_share_pct": 10.0, "moe_share_pct": 0.0, "comm_typical_ms": 1.0,
+        "comm_wait_ms": 2.0, "comm_wait_min_rank_ms": 0.1, "ar_calls": 100.0, "ar_trace_p50_us": 20.0,
+        "ar_micro_us": 30.0, "ar_best_us": 30.0, "ar_alternatives": 2.0, "a2a_estimate_us": 0.0,
+        "moe_layers": 0.0, "fits_half_tp": 1.0, "w4a16_gemm_delta_ms": 2.0, "w4a16_vs_bf16_speedup": 2.0,
+        "spec_verify_extra_ms": 0.5, "spec_expected_tokens": 2.0, "weight_floor_ms": 2.0,
+        "spec_accept_rate": 0.6, "spec_tokens": 3.0, "kv_fp8_saving": 0.5}
+
+# (option, figures changed from BASE, decision, the clause or figure the reason must name, gain ms)
+DECISION_CASES = [
+    ("allreduce_implementation", {"tp": 1}, "not applicable", "tp > 1 (tp = 1) is false", 0.0),
+    ("allreduce_implementation", {"ar_alternatives": 0.0}, "not applicable",
+     "ar_alternatives >= 1 (ar_alternatives = 0) is false", 0.0),
+    ("allreduce_implementation", {"ar_best_us": 12.0}, "prioritised", "predicted +1.800 ms (+18.0% of TPOT)", 1.8),
+    ("allreduce_implementation", {"ar_best_us": 29.0}, "not pursued", "below min_gain_pct (3% of TPOT)", 0.1),
+    ("allreduce_implementation", {"ar_best_us": 27.0, "tpot_spread_pct": 8.0}, "not pursued",
+     "below TPOT's measured spread (8.0%)", 0.3),
+    ("allreduce_implementation", {"ar_best_us": None}, "left to investigate", "not measured here: ar_best_us", None),
+    ("rank_alignment", {"tp": 1}, "not applicable", "tp > 1 (tp = 1) is false", 0.1),
+    ("rank_alignment", {"comm_wait_min_rank_ms": 1.5}, "prioritised", "applies: tp > 1 (tp = 2)", 1.5),
+    ("expert_parallelism", {}, "not applicable", "moe_layers > 0 (moe_layers = 0) is false", 0.0),
+    ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 5.0}, "prioritised", "+0.600 ms", 0.6),
+    ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 15.0}, "not pursued", "it would make TPOT worse", -0.6),
+    ("lower_tp", {"fits_half_tp": 0.0}, "not applicable", "fits_half_tp == 1 (fits_half_tp = 0) is false", -1.0),
+    ("lower_tp", {"gemm_ms": 1.0, "fits_half_tp": None}, "left to investigate",
+     "fits_half_tp == 1 (fits_half_tp = not measured) is not known here", 2.0),
+    ("lower_tp", {"gemm_ms": 1.0}, "prioritised", "predicted +2.000 ms", 2.0),
+    ("lower_tp", {"tp": 4, "gemm_ms": 1.0}, "not pursued", "it would make TPOT worse", -1.0),
+    ("speculative_decoding", {}, "prioritised", "applies: spec_expected_tokens > 1 (spec_expected_tokens = 2)", 4.75),
+    ("speculative_decoding", {"spec_expected_tokens": 1.0}, "not applicable",
+     "spec_expected_tokens > 1 (spec_expected_tokens = 1) is false", -0.5),
+    ("int4_weights", {}, "rejected", "compromises precision; not adopted whatever it buys (predicted +2.000 ms", 2.0),
+    ("int4_weights", {"quantized": 1}, "rejected", "compromises precision", 2.0),
+    ("fp8_kv_cache", {}, "rejected", "(predicted +0.500 ms (+5.0% of TPOT))", 0.5),
+]
 
 
-def test_decisions_with_figures_that_were_not_measured() -> None:
-    assert evaluate("comm_share_pct >= 30 and tp > 1", FIGURES) is True
-    unknown = {**FIGURES, "comm_share_pct": None}
+@pytest.mark.parametrize(("option_id", "changes", "decision", "named", "gain"), DECISION_CASES)
+def test_each_decision_names_the_clause_that_decided_it_with_its_figures(option_id, changes, decision, named, gain) -> None:
+    rules = load_rules()
+    figures = {**BASE, **changes}
+    option = next(o for o in decide(figures, rules) if o.id == option_id)
+    assert option.decision == decision, option.reason
+    assert named in option.reason
+    assert option.gain_ms == pytest.approx(gain) if gain is not None else option.gain_ms is None
+    # The reason never contradicts the evidence beside it: every "name = value" it cites is the input.
+    for name, value in re.findall(r"(\w+) = (not measured|[-\d.]+)", option.reason):
+        assert value == fmt_figure(figures[name]), (name, value)
+    assert option.inputs == {name: figures[name] for name in option.inputs}
+
+
+def test_decisions_rank_by_predicted_gain_and_every_option_has_one() -> None:
+    figures = {**BASE, "ar_best_us": 12.0, "gemm_ms": 1.0}  # all-reduce 1.8 ms, lower TP 2.0, spec 4.75
+    record = decide(figures, load_rules())
+    ranked = [(o.id, o.rank) for o in record if o.rank]
+    assert ranked == [("speculative_decoding", 1), ("lower_tp", 2), ("allreduce_implementation", 3)]
+    assert all(o.gain_ms is not None for o in record)
+
+
+def test_the_evaluator_does_arithmetic_and_says_what_is_missing() -> None:
+    assert evaluate("comm_ms * (tp == 2) - gemm_ms", BASE) == pytest.approx(-1.0)
+    assert evaluate("max(comm_ms, gemm_ms) / 2", BASE) == 2.0
+    assert evaluate("comm_ms / 0", BASE) is None
+    unknown = {**BASE, "comm_share_pct": None}
     assert evaluate("comm_share_pct >= 30 and tp > 1", unknown) is None
     assert evaluate("comm_share_pct >= 30 and tp > 4", unknown) is False  # False whatever the unknown
     assert evaluate("comm_share_pct >= 30 or tp > 1", unknown) is True
-    record = {r["id"]: r for r in decide(unknown)}
-    assert record["speculative_decoding"]["decision"] == "left to investigate"  # comm or gemm: unknown
-    assert "comm_share_pct = not measured" in record["speculative_decoding"]["evidence"]
-    assert record["expert_parallelism"]["decision"] == "not pursued"  # no MoE: false whatever comm is
-    assert record["int4_weights"]["decision"] == "rejected"  # precision: whatever it would buy
-    measured = {r["id"]: r for r in decide(FIGURES)}
-    assert measured["speculative_decoding"]["decision"] == "prioritised"
-    assert measured["lower_tp"]["decision"] == "not pursued"
+    assert expected_accepted(0.6, 3) == pytest.approx((1 - 0.6 ** 4) / 0.4)
 
 
 def test_a_rule_naming_an_unknown_figure_is_one_line_naming_the_option(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
-    rules.write_text('[[option]]\nid = "x"\ntitle = "X"\nwhen = "nonsense_pct > 3"\nwhy = "w"\n')
-    with pytest.raises(InputError, match="option 'x': field 'when': 'nonsense_pct'"):
-        decide(FIGURES, rules)
+    rules.write_text('[[option]]\nid = "x"\ntitle = "X"\nwhen = "nonsense_pct > 3"\ngain_ms = "1"\nwhy = "w"\n')
+    with pytest.raises(InputError, match="option 'x': fields 'when'/'gain_ms': 'nonsense_pct'"):
+        decide(BASE, load_rules(rules))
+    rules.write_text('[[option]]\nid = "x"\ntitle = "X"\nwhen = "tp > 1"\nwhy = "w"\n')
+    with pytest.raises(InputError, match="option 'x' has no 'gain_ms'"):
+        load_rules(rules)
 
 
 def _local_session(tmp_path: Path):

@@ -97,11 +97,12 @@ def paced_campaign(tmp_path: Path, port: int):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY_CONFIG))
 
-    def write_config(output_tokens: int) -> None:
+    def write_config(output_tokens: int, macro_extra: str = "", campaign_extra: str = "") -> None:
         (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
             [campaign]
             name = "paced"
             phases = ["macro"]
+            {campaign_extra}
             [service]
             model = "{model}"
             served_model_name = "pace"
@@ -112,7 +113,7 @@ def paced_campaign(tmp_path: Path, port: int):
             single_stream_requests = 2
             concurrency_max = 2
             requests_per_level = 2
-            """))
+            """) + macro_extra)
 
     return write_config
 
@@ -134,7 +135,7 @@ def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path:
     rerun = {todo_id for todo_id in after if after[todo_id].started_at != before[todo_id].started_at}
     assert rerun == {"macro_single", "macro_sweep"}
     assert after["macro_sweep"].result["output_tokens"] == 12
-    assert after["macro_single"].result["single_stream"]["output_tokens"] == 2 * 12
+    assert after["macro_single"].result["single_stream"]["output_tokens"] == 3 * 2 * 12  # 3 runs pooled
     # Nothing changed since: nothing runs again.
     third = run_cli(["resume"], tmp_path, timeout=300)
     assert third.returncode == 0 and "runs again" not in third.stdout
@@ -144,10 +145,75 @@ def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path:
     assert '"output_tokens": 12' in findings and "Stale results" not in findings
 
 
+def _single_stream_noise(tmp_path: Path, port: int):
+    paced_campaign(tmp_path, port)(8, "repeats = 3\noutlier_pct = 50\n")
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    single = load_state(tmp_path / "state" / "todo.json").by_id()["macro_single"].result["single_stream"]
+    return single, (tmp_path / "reports" / "paced" / "findings.md").read_text()
+
+
+def test_a_slow_run_is_measured_again_and_left_out_when_the_rerun_agrees(tmp_path: Path, pace_server) -> None:
+    """Injected fault: the fake server streams the single stream's second run (requests 3-4) at 3x
+    its pace; the re-run (requests 7-8) is at the usual pace."""
+    single, findings = _single_stream_noise(tmp_path, pace_server(ttft_ms=5, pace_ms=4, slow_requests="3-4"))
+    noise = single["noise"]
+    assert [run["tpot_ms_mean"] > 9 for run in noise["discarded"]] == [True]  # 3 x 4 ms, left out
+    assert all(3.5 < run["tpot_ms_mean"] < 6 for run in noise["runs"])  # the three kept: the pace
+    assert noise["notes"][0].startswith("run 2 (mean TPOT 12.") and "left out" in noise["notes"][0]
+    assert 3.5 < single["tpot_ms"]["mean"] < 6 and single["completed"] == 6  # the pooled figures: kept runs only
+    assert "outlier flagged" not in findings and "- single stream: run 2 (mean TPOT" in findings
+
+
+def test_a_slow_run_that_persists_is_kept_and_flagged(tmp_path: Path, pace_server) -> None:
+    """Injected fault: the second run and its re-run (requests 3-4 and 7-8) both at 3x the pace."""
+    single, findings = _single_stream_noise(tmp_path, pace_server(ttft_ms=5, pace_ms=4, slow_requests="3-4,7-8"))
+    noise = single["noise"]
+    assert noise["discarded"] == [] and noise["notes"][0].startswith("flagged: run 2 stayed more than 50%")
+    assert noise["tpot_ms_mean"]["verdict"] == "unstable" and noise["tpot_ms_mean"]["high"] > 9
+    assert "; outlier flagged**" in findings
+
+
+def test_compare_two_campaigns_judges_each_difference_against_both_noises(tmp_path: Path, pace_server) -> None:
+    """Campaign A against a fake server at 4 ms a token; B with macro.output_tokens changed,
+    first against the same pace (TPOT the same: inside the noise), then against 8 ms a token
+    (outside), with A as its configured baseline and the option it applied named."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    paced_campaign(a, pace_server(ttft_ms=5, pace_ms=4))(8)
+    assert run_cli(["resume"], a, timeout=300).returncode == 0
+    write_b = paced_campaign(b, pace_server(ttft_ms=5, pace_ms=4))
+    write_b(12)
+    assert run_cli(["resume"], b, timeout=300).returncode == 0
+    same = run_cli(["compare", str(a / "state" / "todo.json"), str(b / "reports" / "paced")], tmp_path, timeout=120)
+    assert same.returncode == 0, same.stderr
+    tpot_row = next(line for line in same.stdout.splitlines() if line.startswith("| single stream TPOT mean |"))
+    assert tpot_row.endswith("| inside the noise |"), tpot_row
+    assert (tmp_path / "reports" / "compare_paced_vs_paced.md").read_text().startswith("# Comparison")
+
+    slower = pace_server(ttft_ms=5, pace_ms=8)
+    paced_campaign_port = f"port = {slower}"
+    config = (b / "campaign.toml").read_text()
+    (b / "campaign.toml").write_text(config.replace(config[config.index("port = "):].split("\n")[0], paced_campaign_port)
+                                     .replace('phases = ["macro"]', f'phases = ["macro"]\nbaseline = "{a / "reports" / "paced"}"'
+                                              '\napplied_option = "speculative_decoding"'))
+    assert run_cli(["reset", "service_ready"], b, timeout=60).returncode == 0
+    assert run_cli(["resume"], b, timeout=300).returncode == 0
+    slow = run_cli(["compare", str(a / "reports" / "paced"), str(b / "state" / "todo.json"),
+                    "--out", str(tmp_path / "c.md")], tmp_path, timeout=120)
+    assert slow.returncode == 0, slow.stderr
+    tpot_row = next(line for line in slow.stdout.splitlines() if line.startswith("| single stream TPOT mean |"))
+    cells = [cell.strip() for cell in tpot_row.strip("|").split("|")]
+    assert 3.5 < float(cells[3].split()[0]) < 4.5 and cells[5] == "**outside the noise**", tpot_row  # +4 ms
+    findings = (b / "reports" / "paced" / "findings.md").read_text()
+    assert "## Versus baseline" in findings and "B applied option `speculative_decoding`" in findings
+    assert run_cli(["compare", str(a / "nothing"), str(b)], tmp_path, timeout=60).returncode == 2
+
+
 def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_server) -> None:
-    """The fake server exits after the single-stream requests (an injected fault): the sweep's
-    requests fail, and the sweep must fail, not be recorded as a benchmark."""
-    paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, die_after=2))(8)
+    """The fake server exits after the single-stream requests (3 runs of 2; an injected fault): the
+    sweep's requests fail, and the sweep must fail, not be recorded as a benchmark."""
+    paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, die_after=6))(8)
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     todos = load_state(tmp_path / "state" / "todo.json").by_id()
@@ -158,13 +224,15 @@ def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_se
 
 
 def test_failures_from_a_live_server_over_the_threshold_fail_the_level(tmp_path: Path, pace_server) -> None:
-    """Every third request answered 500 (an injected fault) while the server stays up."""
+    """Every third request answered 500 (an injected fault) while the server stays up: the single
+    stream's second run (requests 3 and 4) has one failed request of 2."""
     paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, fail_every=3))(8)
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 1
-    sweep = load_state(tmp_path / "state" / "todo.json").by_id()["macro_sweep"]
-    assert sweep.status == "failed" and sweep.result is None
-    assert "(over macro.max_failed_pct = 1.0%) while the server answered" in sweep.error.message
+    single = load_state(tmp_path / "state" / "todo.json").by_id()["macro_single"]
+    assert single.status == "failed" and single.result is None
+    assert ("1 of 2 requests failed in the c=1 run (over macro.max_failed_pct = 1.0%) while the server"
+            " answered") in single.error.message
 
 
 def test_a_server_group_whose_leader_died_is_found_and_stopped(tmp_path: Path) -> None:

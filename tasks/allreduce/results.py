@@ -14,6 +14,8 @@ class AllreduceRow(Result):
     algbw_gbps: float
     busbw_gbps: float = Field(description="algbw x 2(n-1)/n, as nccl-tests")
     per_rank_latency_us: list[float] = Field(default_factory=list)
+    repeats: int | None = Field(None, description="timed loops the median latency is taken over")
+    spread_pct: float | None = Field(None, description="(max - min) / median of the slowest rank's loops, %")
 
 
 class AllreduceRun(Result):

@@ -4,8 +4,12 @@ variants, and the decode-step prediction."""
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.allreduce.results import AllreduceResult
+from tasks.allreduce.results import AllreduceResult, AllreduceRow
 from tasks.view import Findings, fmt
+
+
+def spread(row: AllreduceRow) -> str:
+    return "n/a" if row.spread_pct is None else f"{row.spread_pct:.0f}% of {row.repeats}"
 
 
 def allreduce_section(findings: Findings) -> str:
@@ -16,16 +20,18 @@ def allreduce_section(findings: Findings) -> str:
     text = ("## Phase 2b: all-reduce microbenchmarks at decode sizes\n\n"
             f"All-reduce across {allreduce.world_size} ranks ({allreduce.backend}, torch.distributed"
             f" loop; busbw = algbw x 2(n-1)/n). Source: {findings.link(allreduce.artifact)}.\n\n")
-    text += md_table(["bytes", "latency µs", "algbw GB/s", "busbw GB/s"],
-                     [[r.bytes, fmt(r.latency_us, 1), fmt(r.algbw_gbps, 3), fmt(r.busbw_gbps, 3)]
+    text += md_table(["bytes", "latency µs", "spread", "algbw GB/s", "busbw GB/s"],
+                     [[r.bytes, fmt(r.latency_us, 1), spread(r), fmt(r.algbw_gbps, 3), fmt(r.busbw_gbps, 3)]
                       for r in default.rows])
+    text += ("\nLatency: the slowest rank's median over its timed loops; spread: (max - min) / median of"
+             " that rank's loops.\n")
     if default.vllm_shm_rows:
         gloo = {r.bytes: r.latency_us for r in default.rows}
         text += ("\nThe same sizes through vLLM's own CPU all-reduce (`_C::shm_allreduce`, shared memory,"
                  " set up as vLLM's CpuCommunicator does and checked for a correct sum), the path the"
                  " server takes:\n\n")
-        text += md_table(["bytes", "latency µs", "busbw GB/s", "gloo / shm"],
-                         [[r.bytes, fmt(r.latency_us, 1), fmt(r.busbw_gbps, 3),
+        text += md_table(["bytes", "latency µs", "spread", "busbw GB/s", "gloo / shm"],
+                         [[r.bytes, fmt(r.latency_us, 1), spread(r), fmt(r.busbw_gbps, 3),
                            fmt(gloo[r.bytes] / r.latency_us, 1) + "x" if r.bytes in gloo else "-"]
                           for r in default.vllm_shm_rows])
     if len(allreduce.runs) > 1:

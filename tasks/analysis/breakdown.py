@@ -203,9 +203,13 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
     category_index = {category: i for i, category in enumerate(categories_declared)}
     event_category = np.array([category_index[c] for c in category_of_name] or [-1])[name_ids]
     categories = {}
+    chosen_steps = np.nonzero(chosen)[0]
     for category in categories_declared:  # every declared category, so the table is complete
         total_us, calls = category_us.get(category, 0.0), category_calls.get(category, 0)
+        in_category = event_category == category_index[category]
+        step_us = np.bincount(step_of[in_category], weights=dur[in_category], minlength=len(starts))[chosen_steps]
         categories[category] = {
+            "ms_per_step_ci95": _ci95_ms(step_us),
             "calls_per_step": calls / per_step,
             "mean_us_per_call": total_us / calls if calls else None,
             "p50_us_per_call": float(np.median(dur[event_category == category_index[category]])) if calls else None,
@@ -216,8 +220,11 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
     is_comm = comm_name[name_ids]
     comm_per_step = np.bincount(step_of[is_comm], minlength=len(starts))[chosen]
     top = np.argsort(-name_us)[:15]
+    step_device_us = np.bincount(step_of, weights=dur, minlength=len(starts))[chosen_steps]
     return {
         "device_ms_per_step": device_us / 1000 / per_step,
+        "device_ms_per_step_ci95": _ci95_ms(step_device_us),
+        "wall_ms_per_step_ci95": _ci95_ms((ends - starts)[chosen_steps]),
         "busy_union_ms_per_step": _union_us(ts, busy, step_of) / 1000 / per_step,
         "wall_ms_per_step": float((ends - starts)[chosen].sum()) / 1000 / per_step,
         "categories": categories,
@@ -234,6 +241,14 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
         "unmatched_names": [names[i] for i in np.argsort(-name_calls)
                             if name_calls[i] and category_of_name[i] == OTHER][:20],
     }
+
+
+def _ci95_ms(per_step_us: np.ndarray) -> float | None:
+    """Half-width of the 95% interval of a mean over steps (1.96 standard errors), in ms: the
+    noise of a per-step figure, for comparing two captures."""
+    if per_step_us.shape[0] < 2:
+        return None
+    return float(1.96 * per_step_us.std(ddof=1) / np.sqrt(per_step_us.shape[0]) / 1000)
 
 
 def _cpu_ops(columns, classify: Classifier) -> tuple[np.ndarray, ...]:  # noqa: ANN001

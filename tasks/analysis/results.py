@@ -13,6 +13,7 @@ class CategoryFigures(Result):
     p50_us_per_call: float | None
     ms_per_step: float
     share_pct: float
+    ms_per_step_ci95: float | None = Field(None, description="95% interval half-width of the mean over steps")
 
 
 class KernelFigures(Result):
@@ -70,6 +71,8 @@ class RankBreakdown(Result):
     device_ms_per_step: float
     busy_union_ms_per_step: float
     wall_ms_per_step: float
+    device_ms_per_step_ci95: float | None = None
+    wall_ms_per_step_ci95: float | None = None
     categories: dict[str, CategoryFigures] = Field(
         description="every category of the rules file, in its order, then 'other'")
     communication_calls_per_step: dict[int, int] = Field(description="calls in a step -> steps")

@@ -77,11 +77,17 @@ def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(analysis.ranks)))
+    # One colour a category, fixed, so every rank's bar reads with the one legend.
+    categories = list(dict.fromkeys(c for rank in analysis.ranks for c in rank.categories))
+    palette = plt.get_cmap("tab20").colors
+    colour = {category: palette[i % len(palette)] for i, category in enumerate(categories)}
     for index, rank in enumerate(analysis.ranks):
         left = 0.0
         for category, values in rank.categories.items():
-            ax.barh(index, values.ms_per_step, left=left, label=category if index == 0 else None)
+            ax.barh(index, values.ms_per_step, left=left, color=colour[category])
             left += values.ms_per_step
+    for category in categories:
+        ax.barh(0, 0, color=colour[category], label=category)
     ax.set(yticks=range(len(analysis.ranks)), yticklabels=[f"rank {r.rank}" for r in analysis.ranks],
            xlabel="ms a decode step", title="Decode-step device time by category")
     ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.15))

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.gemm.results import GemmResult
+from tasks.gemm.results import GemmResult, GemmRow
+from tasks.macro.noise import NOISY_PCT, STABLE_PCT
 from tasks.model import ModelFacts
 from tasks.view import Findings, fmt
 
@@ -43,8 +44,31 @@ def gemm_section(findings: Findings) -> str:
         error = row.relative_error_vs_bf16_reference
         us = fmt(row.us, 1) + (f" (op {fmt(row.op_us, 1)}, cold {fmt(row.op_cold_us, 1)})"
                                 if row.op_us is not None else "")
-        rows.append([name, row.m, row.k, row.n, row.dtype, row.kernel or "", us,
-                     fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1),
-                     f"{error:.1e}" if error is not None else ""])
-    return text + md_table(["layer", "M", "K", "N", "dtype", "kernel", "µs", "TFLOP/s", "GB/s",
-                            "% of copy", "rel. err / note"], rows)
+        note = f"{error:.1e}" if error is not None else ""
+        if row.remeasured_from_us is not None and not row.flag:
+            note += f"; re-measured (first {row.remeasured_from_us:.1f} µs, out of line with the other M)"
+        if row.flag:
+            note += f"; **flagged: {row.flag}**"
+        rows.append([name, row.m, row.k, row.n, row.dtype, row.kernel or "", us, spread_cell(row),
+                     fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1), note])
+    return text + md_table(["layer", "M", "K", "N", "dtype", "kernel", "µs", "spread", "TFLOP/s", "GB/s",
+                            "% of copy", "rel. err / note"], rows) + noise_note(gemm)
+
+
+def spread_cell(row: GemmRow) -> str:
+    """(max - min) / median of the timings behind ``us``, with the verdict the serving table uses."""
+    if row.spread_pct is None:
+        return "n/a"
+    verdict = "stable" if row.spread_pct <= STABLE_PCT else "noisy" if row.spread_pct <= NOISY_PCT else "unstable"
+    return f"{row.spread_pct:.0f}% of {row.samples} ({verdict})"
+
+
+def noise_note(gemm: GemmResult) -> str:
+    timed = [row for row in gemm.rows if row.spread_pct is not None]
+    if not timed:
+        return ""
+    flagged = sum(1 for row in gemm.rows if row.flag)
+    return (f"\nSpread: (max - min) / median of the {timed[0].samples} timings each `µs` is the median of; a"
+            " time out of line with the same GEMM at the neighbouring M (falling over 3x as M grows, or"
+            " growing over 2x faster than M) is measured again, and flagged if it stays out of line"
+            f" ({flagged} flagged here).\n")

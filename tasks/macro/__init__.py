@@ -19,14 +19,17 @@ class MacroSection(Section):
     concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
     requests_per_level: int = Field(16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)")
     max_failed_pct: float = Field(1.0, ge=0, le=100, description="more failed requests than this fails the level")
+    repeats: int = Field(3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise")
+    outlier_pct: float = Field(25.0, gt=0, le=1000, description="a run whose mean TPOT is further than this from"
+                               " the median of the runs is measured again, and flagged if it persists")
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import single_stream, sweep
     from tasks.macro.results import MacroSingle, MacroSweep
 
-    # The failure threshold judges a result; it changes no measurement, so it is not an input.
-    macro = session.config.macro.model_dump(exclude={"max_failed_pct"})
+    # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
+    macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct"})
     return [
         TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
                  "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from orchestrator.atomic import write_atomic
@@ -10,7 +11,8 @@ from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
-from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep
+from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
+from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep, Noise, RepeatRun
 from tasks.model import ModelFacts
 from tasks.service.launch import served_name, service_pid_path
 from tasks.session import Session
@@ -28,16 +30,57 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
 
 def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,
              seed: int) -> LevelSummary:
+    """A level: `macro.repeats` runs (the warmup before the first only, fresh prompts in each),
+    an outlier run measured again, the kept runs' requests pooled into the level's figures."""
+    cfg = session.config.macro
+    raws: list[dict] = []
+    runs: list[RepeatRun] = []
+    for index in range(cfg.repeats):
+        raw, run = _one_run(session, ctx, concurrency, requests, warmup if index == 0 else 0,
+                            seed + 1000 * index, f"c{concurrency}_r{index + 1}")
+        raws.append(raw)
+        runs.append(run)
+    discarded: list[RepeatRun] = []
+    notes: list[str] = []
+    for index in outliers([r.tpot_ms_mean for r in runs], cfg.outlier_pct):
+        first = runs[index]
+        raw, again = _one_run(session, ctx, concurrency, requests, 0, seed + 1000 * (cfg.repeats + index),
+                              f"c{concurrency}_r{index + 1}_again")
+        others = [r.tpot_ms_mean for i, r in enumerate(runs) if i != index]
+        raws[index], runs[index] = raw, again
+        if agrees(again.tpot_ms_mean, others, cfg.outlier_pct):
+            discarded.append(first)
+            notes.append(f"run {index + 1} (mean TPOT {_ms(first.tpot_ms_mean)} ms) was more than"
+                         f" {cfg.outlier_pct:g}% from the median; measured again: {_ms(again.tpot_ms_mean)} ms,"
+                         " in line with the others, so the first is left out")
+        else:
+            notes.append(f"flagged: run {index + 1} stayed more than {cfg.outlier_pct:g}% from the other runs'"
+                         f" median when measured again ({_ms(first.tpot_ms_mean)}, then {_ms(again.tpot_ms_mean)}"
+                         f" ms, against {_ms(statistics.median(v for v in others if v is not None))} ms); kept")
+        ctx.log(f"c={concurrency}: {notes[-1]}")
+    merged = merge_runs(raws)
+    artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
+    write_atomic(artifact, json.dumps(merged).encode())
+    noise = Noise(runs=runs, discarded=discarded, notes=notes,
+                  tpot_ms_mean=spread([r.tpot_ms_mean for r in runs]),
+                  ttft_ms_mean=spread([r.ttft_ms_mean for r in runs]),
+                  output_throughput_tok_per_s=spread([r.output_throughput_tok_per_s for r in runs]))
+    return LevelSummary.model_validate({**summarize(merged), "artifact": str(artifact), "noise": noise})
+
+
+def _one_run(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int, seed: int,
+             name: str) -> tuple[dict, RepeatRun]:
     cfg = session.config.macro
     args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
         "--concurrency", str(concurrency), "--requests", str(requests), "--warmup", str(warmup),
         "--seed", str(seed), "--server-pid-file", service_pid_path(session)]
     raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600)
-    artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
+    artifact = ctx.artifacts_dir / f"requests_{name}.json"
     write_atomic(artifact, json.dumps(raw).encode())
-    level = LevelSummary.model_validate({**summarize(raw), "artifact": str(artifact)})
-    require_live_server(session, level.failed, level.requests, level.failure_examples, f"c={concurrency}")
-    return level
+    summary = summarize(raw)
+    require_live_server(session, summary["failed"], summary["requests"], summary["failure_examples"],
+                        f"c={concurrency}")
+    return raw, repeat_run(summary, str(artifact), seed)
 
 
 def require_live_server(session: Session, failed: int, requests: int, examples: list[str], run: str) -> None:

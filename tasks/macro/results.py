@@ -37,6 +37,43 @@ class Scheduling(Result):
     server_sid: int | None = None
 
 
+class Spread(Result):
+    """The runs' values of one figure: median, min-max, spread % of the median, verdict."""
+
+    runs: int
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+    spread_pct: float | None = None
+    verdict: str = Field(description="stable (<= 5%), noisy (<= 20%), unstable, or why there is none")
+
+
+class RepeatRun(Result):
+    """One run of a level: its means and where its requests are."""
+
+    seed: int
+    completed: int
+    failed: int
+    duration_s: float
+    tpot_ms_mean: float | None
+    ttft_ms_mean: float | None
+    output_throughput_tok_per_s: float | None
+    artifact: str
+
+
+class Noise(Result):
+    runs: list[RepeatRun] = Field(description="the runs kept, pooled into the level's figures")
+    discarded: list[RepeatRun] = Field(default_factory=list, description="outliers a re-run did not confirm")
+    tpot_ms_mean: Spread
+    ttft_ms_mean: Spread
+    output_throughput_tok_per_s: Spread
+    notes: list[str] = Field(default_factory=list, description="outliers re-measured; 'flagged:' when one persisted")
+
+    @property
+    def flagged(self) -> bool:
+        return any(note.startswith("flagged") for note in self.notes)
+
+
 class LevelSummary(Result):
     concurrency: int
     requests: int
@@ -55,6 +92,7 @@ class LevelSummary(Result):
     scheduling: Scheduling | None = None
     server: dict[str, ServerMetric] = Field(description="per metric key (ttft_ms, ...): /metrics delta")
     artifact: str
+    noise: Noise | None = Field(None, description="the level's repeats; the figures above pool their requests")
 
 
 class MacroSingle(Result):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from orchestrator.report import md_table
 from tasks.macro.metrics import DEFINITIONS
+from tasks.macro.noise import ranges_overlap
 from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep, Stalls
 from tasks.view import Findings, fmt
 
@@ -22,15 +23,20 @@ def macro_section(findings: Findings) -> str:
     runs: list[tuple[str, LevelSummary]] = [("single stream", single.single_stream)] if single else []
     runs += [(f"c={level.concurrency}", level) for level in (sweep.levels if sweep else [])]
     header = ["run", "c", "ok/failed", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "TPOT mean",
-              "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "E2E p50", "stalls", "source"]
+              "TPOT p50", "TPOT p99", "ITL p50", "ITL p99", "E2E p50", "stalls",
+              "TPOT run means: median [min-max], spread", "source"]
     rows = [["single stream" if label == "single stream" else "sweep", level.concurrency,
              f"{level.completed}/{level.failed}", fmt(level.request_throughput_per_s),
              fmt(level.output_throughput_tok_per_s, 1), fmt(level.ttft_ms.p50), fmt(level.ttft_ms.p99),
              fmt(level.tpot_ms.mean, 3), fmt(level.tpot_ms.p50, 3), fmt(level.tpot_ms.p99, 3),
              fmt(level.itl_ms.p50, 3), fmt(level.itl_ms.p99, 3), fmt(level.e2e_ms.p50, 1),
-             stall_cell(level.stalls), findings.link(level.artifact, "requests")]
+             stall_cell(level.stalls), noise_cell(level), findings.link(level.artifact, "requests")]
             for label, level in runs]
-    text += "Latencies in ms; stalls as count (largest, ms).\n\n" + md_table(header, rows)
+    repeats = max((level.noise.tpot_ms_mean.runs for _, level in runs if level.noise), default=1)
+    text += (f"Latencies in ms; stalls as count (largest, ms). Each row pools the requests of {repeats} runs"
+             " (fresh prompts each); the spread column is over the runs' mean TPOT: stable <= 5%, noisy <= 20%,"
+             " else unstable.\n\n" + md_table(header, rows))
+    text += noise_notes(runs)
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += ("\n**Requests failed** while the server kept answering: " + "; ".join(
@@ -64,6 +70,39 @@ def macro_section(findings: Findings) -> str:
     return text
 
 
+def noise_cell(level: LevelSummary) -> str:
+    noise = level.noise
+    if noise is None:
+        return "one run"
+    tpot = noise.tpot_ms_mean
+    if tpot.runs < 2:
+        return tpot.verdict
+    cell = f"{tpot.median:.3f} [{tpot.low:.3f}-{tpot.high:.3f}], {tpot.spread_pct:.1f}% {tpot.verdict}"
+    return f"**{cell}; outlier flagged**" if noise.flagged else cell
+
+
+def noise_notes(runs: list[tuple[str, LevelSummary]]) -> str:
+    """Outliers re-measured or flagged, and which differences between neighbouring rows are
+    inside the noise (their runs' TPOT ranges overlap)."""
+    lines = [f"- {label}: {note}" for label, level in runs if level.noise for note in level.noise.notes]
+    differences = []
+    for (label_a, a), (label_b, b) in zip(runs, runs[1:], strict=False):
+        if not (a.noise and b.noise and a.tpot_ms.mean and b.tpot_ms.mean):
+            continue
+        overlap = ranges_overlap(a.noise.tpot_ms_mean, b.noise.tpot_ms_mean)
+        if overlap is None:
+            continue
+        change = (b.tpot_ms.mean - a.tpot_ms.mean) / a.tpot_ms.mean * 100
+        differences.append(f"{label_a} -> {label_b} {change:+.1f}% "
+                           + ("(inside the noise: the runs' ranges overlap)" if overlap else "(outside the noise)"))
+    text = ""
+    if lines:
+        text += "\nRepeats re-measured:\n\n" + "\n".join(lines) + "\n"
+    if differences:
+        text += "\nMean TPOT from one row to the next: " + "; ".join(differences) + ".\n"
+    return text
+
+
 def stall_cell(stalls: Stalls | None) -> str:
     if not stalls:
         return "-"
@@ -71,27 +110,63 @@ def stall_cell(stalls: Stalls | None) -> str:
 
 
 def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
+    """Throughput, latency and TTFT against concurrency (plain tick labels at the levels run, the
+    runs' min-max as error bars), and the pareto view: tokens/s a user against tokens/s in all."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     conc = [level.concurrency for level in levels]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(conc, [level.output_throughput_tok_per_s or float("nan") for level in levels], marker="o")
-    ax.set(xscale="log", xlabel="concurrency", ylabel="output tokens/s", title="Throughput vs concurrency")
-    fig.tight_layout()
-    fig.savefig(findings.folder / "throughput.png", dpi=100)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4))
+
+    def axes(title: str, ylabel: str):  # noqa: ANN202 - matplotlib objects
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.set(xscale="log", xlabel="concurrency", ylabel=ylabel, title=title)
+        ax.set_xticks(conc)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        return fig, ax
+
+    def save(fig, name: str) -> str:  # noqa: ANN001
+        fig.tight_layout()
+        fig.savefig(findings.folder / f"{name}.png", dpi=100)
+        plt.close(fig)
+        return name
+
+    def value(v: float | None) -> float:
+        return float("nan") if v is None else v
+
+    def bars(attribute: str) -> list[list[float]] | None:
+        spreads = [getattr(level.noise, attribute) if level.noise else None for level in levels]
+        if not all(s and s.runs > 1 for s in spreads):
+            return None
+        return [[s.median - s.low for s in spreads], [s.high - s.median for s in spreads]]
+
+    names = []
+    fig, ax = axes("Throughput vs concurrency", "output tokens/s")
+    ax.errorbar(conc, [value(level.output_throughput_tok_per_s) for level in levels],
+                yerr=bars("output_throughput_tok_per_s"), marker="o", capsize=3)
+    names.append(save(fig, "throughput"))
+    fig, ax = axes("Latency percentiles", "ms")
     for metric in ("tpot_ms", "itl_ms"):
         for pct, style in (("p50", "-"), ("p99", "--")):
-            values = [getattr(getattr(level, metric), pct) for level in levels]
-            ax.plot(conc, [float("nan") if v is None else v for v in values], style, marker="o",
+            ax.plot(conc, [value(getattr(getattr(level, metric), pct)) for level in levels], style, marker="o",
                     label=f"{metric[:-3].upper()} {pct}")
-    ax.set(xscale="log", xlabel="concurrency", ylabel="ms", title="Latency percentiles")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(findings.folder / "latency.png", dpi=100)
-    plt.close(fig)
-    return ["throughput", "latency"]
+    names.append(save(fig, "latency"))
+    fig, ax = axes("Time to first token", "ms")
+    for pct, style in (("p50", "-"), ("p99", "--")):
+        ax.plot(conc, [value(getattr(level.ttft_ms, pct)) for level in levels], style, marker="o", label=f"TTFT {pct}")
+    ax.legend()
+    names.append(save(fig, "ttft"))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    total = [value(level.output_throughput_tok_per_s) for level in levels]
+    per_user = [1000 / level.tpot_ms.mean if level.tpot_ms.mean else float("nan") for level in levels]
+    ax.plot(total, per_user, marker="o")
+    for c, x, y in zip(conc, total, per_user, strict=True):
+        ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set(xlabel="output tokens/s, all users", ylabel="output tokens/s a user (1000 / mean TPOT)",
+           title="Per-user vs total throughput")
+    names.append(save(fig, "pareto"))
+    return names

@@ -21,13 +21,27 @@ def opening_sections(findings: Findings) -> list[str]:
 
 
 def closing_sections(findings: Findings) -> list[str]:
-    from tasks.profile.results import CaptureManifest
     from tasks.synthesis.crosscheck import crosscheck_section
+    from tasks.synthesis.decisions import decide
+    from tasks.synthesis.estimates import rule_figures
     from tasks.synthesis.figures import key_figures
     from tasks.synthesis.record import baseline_section, configuration_section, decision_section
+    from tasks.synthesis.step_model import step_model_section
     from tasks.synthesis.summary import bottleneck_section
 
     figures = key_figures(findings)
-    capture = findings.result("profile_capture", CaptureManifest)
-    return [crosscheck_section(figures, capture), bottleneck_section(figures), decision_section(figures),
-            baseline_section(figures, findings), configuration_section(findings)]
+    rules = campaign_rules(findings)
+    record = decide(rule_figures(figures, rules.assumptions), rules)
+    return [crosscheck_section(figures, figures.capture), step_model_section(figures), bottleneck_section(figures),
+            decision_section(figures, rules, record), baseline_section(figures, findings, record),
+            configuration_section(findings)]
+
+
+def campaign_rules(findings: Findings):  # noqa: ANN201 - tasks.synthesis.decisions.Rules
+    """The shipped decision rules, or the file `campaign.decision_rules` names."""
+    from pathlib import Path
+
+    from tasks.synthesis.decisions import RULES_PATH, load_rules
+
+    chosen = findings.session.config.campaign.decision_rules if findings.session else None
+    return load_rules(Path(chosen) if chosen else RULES_PATH)

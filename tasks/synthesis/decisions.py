@@ -1,10 +1,19 @@
-"""The decision record: options from `decision_rules.toml`, judged on the campaign's evidence."""
+"""The decision record: every option of `decision_rules.toml` with a predicted TPOT change.
+
+Each option has `when` (does it apply here: a condition on the campaign's figures) and `gain_ms`
+(the TPOT it would save, an arithmetic expression of measured figures and stated assumptions).
+The record prints each formula with its inputs, ranks the options by predicted gain, and names
+the clause that decided each one with the figure behind it, so no reason can contradict the
+evidence beside it. Options that compromise precision are rejected whatever they would buy, and
+still show what that is.
+"""
 
 from __future__ import annotations
 
 import ast
 import operator
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,66 +22,190 @@ from orchestrator.errors import InputError
 RULES_PATH = Path(__file__).with_name("decision_rules.toml")
 _COMPARE = {ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Eq: operator.eq, ast.NotEq: operator.ne}
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.Pow: operator.pow}
+_FUNCTIONS = {"min": min, "max": max, "abs": abs}
+DEFAULT_MIN_GAIN_PCT = 3.0
 
 
-def evaluate(expression: str, figures: dict[str, float | None]) -> bool | None:
-    """A condition of names, numbers, comparisons, `and`/`or`; None when a figure is missing."""
-    def value(node: ast.AST) -> Any:
+@dataclass
+class Outcome:
+    """An expression's value and, for conditions, the clause that decided it (with its figures)."""
+
+    value: Any
+    clause: str = ""
+
+
+class _Evaluator:
+    def __init__(self, source: str, figures: dict[str, float | None]) -> None:
+        self.source, self.figures = source, figures
+        self.names: list[str] = []
+
+    def text(self, node: ast.AST) -> str:
+        segment = ast.get_source_segment(self.source, node) or ""
+        used = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in _FUNCTIONS})
+        return segment + (" (" + ", ".join(f"{n} = {fmt_figure(self.figures.get(n))}" for n in used) + ")"
+                          if used else "")
+
+    def run(self, node: ast.AST) -> Outcome:
         if isinstance(node, ast.BoolOp):
-            parts = [value(v) for v in node.values]
-            if isinstance(node.op, ast.And):
-                return False if False in parts else (None if None in parts else True)
-            return True if True in parts else (None if None in parts else False)
+            parts = [self.run(v) for v in node.values]
+            decisive = False if isinstance(node.op, ast.And) else True
+            for part in parts:
+                if part.value is decisive:
+                    return part
+            unknown = [p for p in parts if p.value is None]
+            if unknown:
+                return Outcome(None, unknown[0].clause)
+            return Outcome(not decisive, "; ".join(p.clause for p in parts))
         if isinstance(node, ast.Compare):
-            left = value(node.left)
+            left = self.run(node.left).value
+            holds: bool | None = True
             for op, right_node in zip(node.ops, node.comparators, strict=True):
-                right = value(right_node)
+                right = self.run(right_node).value
                 if left is None or right is None:
-                    return None
+                    holds = None
+                    break
                 if not _COMPARE[type(op)](left, right):
-                    return False
+                    holds = False
+                    break
                 left = right
-            return True
+            return Outcome(holds, self.text(node))
+        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+            left, right = self.run(node.left).value, self.run(node.right).value
+            if left is None or right is None:
+                return Outcome(None)
+            try:
+                return Outcome(_ARITHMETIC[type(node.op)](left, right))
+            except (ZeroDivisionError, OverflowError):
+                return Outcome(None)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            value = self.run(node.operand).value
+            return Outcome(None if value is None else -value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
+            values = [self.run(a).value for a in node.args]
+            return Outcome(None if None in values or not values else _FUNCTIONS[node.func.id](*values))
         if isinstance(node, ast.Name):
-            if node.id not in figures:
+            if node.id not in self.figures:
                 raise KeyError(node.id)
-            return figures[node.id]
+            self.names.append(node.id)
+            return Outcome(self.figures[node.id], self.text(node))
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
+            return Outcome(node.value)
         raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
 
-    return value(ast.parse(expression, mode="eval").body)
+
+def evaluate(expression: str, figures: dict[str, float | None]) -> Any:
+    """A condition or arithmetic of figure names and numbers; None where a figure it needs is
+    missing (a condition is still False or True where the known clauses decide it)."""
+    return explain(expression, figures)[0].value
 
 
-def decide(figures: dict[str, float | None], rules_path: Path = RULES_PATH) -> list[dict[str, Any]]:
+def explain(expression: str, figures: dict[str, float | None]) -> tuple[Outcome, list[str]]:
+    """The expression's outcome and the figure names it read."""
+    evaluator = _Evaluator(expression, figures)
+    outcome = evaluator.run(ast.parse(expression, mode="eval").body)
+    return outcome, list(dict.fromkeys(evaluator.names))
+
+
+@dataclass
+class Option:
+    id: str
+    title: str
+    condition: str
+    gain_formula: str
+    why: str
+    compromises_precision: bool
+    gain_ms: float | None = None
+    gain_pct: float | None = None
+    inputs: dict[str, float | None] = field(default_factory=dict)
+    decision: str = ""
+    reason: str = ""
+    rank: int | None = None
+
+
+@dataclass
+class Rules:
+    options: list[dict[str, Any]]
+    assumptions: dict[str, float]
+    min_gain_pct: float
+    path: Path
+
+
+def load_rules(path: Path = RULES_PATH) -> Rules:
     try:
-        options = tomllib.loads(rules_path.read_text())["option"]
-    except (KeyError, tomllib.TOMLDecodeError) as err:
-        raise InputError(f"{rules_path}: bad decision rules ({err}); each [[option]] needs id, title, when, why") from None
+        document = tomllib.loads(path.read_text())
+        options = document["option"]
+        for option in options:
+            for key in ("id", "title", "when", "gain_ms", "why"):
+                if key not in option:
+                    raise KeyError(f"option '{option.get('id', '?')}' has no '{key}'")
+        assumptions = {k: float(v) for k, v in document.get("assumptions", {}).items()}
+        return Rules(options, assumptions, float(document.get("min_gain_pct", DEFAULT_MIN_GAIN_PCT)), path)
+    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as err:
+        raise InputError(f"{path}: bad decision rules ({err}); each [[option]] needs id, title, when,"
+                         " gain_ms, why") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror}); check the rules path") from None
+
+
+def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
+    """Every option judged on ``figures`` (which include the rules' assumptions), ranked."""
+    tpot = figures.get("tpot_ms")
+    noise = figures.get("tpot_spread_pct")
+    bar_pct = max(rules.min_gain_pct, noise or 0.0)
+    bar_what = (f"TPOT's measured spread ({noise:.1f}%)" if noise and noise > rules.min_gain_pct
+                else f"min_gain_pct ({rules.min_gain_pct:g}% of TPOT)")
     record = []
-    for option in options:
+    for spec in rules.options:
+        option = Option(spec["id"], spec["title"], spec["when"], spec["gain_ms"], spec["why"],
+                        bool(spec.get("compromises_precision")))
         try:
-            holds = evaluate(option["when"], figures)
+            applies = explain(spec["when"], figures)[0] if spec["when"].strip() else Outcome(True, "always")
+            gain, names = explain(spec["gain_ms"], figures)
         except (KeyError, ValueError, SyntaxError) as err:
-            raise InputError(f"{rules_path}: option '{option.get('id')}': field 'when': {err}") from None
-        evidence = ", ".join(f"{name} = {_fmt(figures.get(name))}" for name in sorted(figures)
-                             if name in option["when"])
-        if option.get("compromises_precision"):
-            decision = "rejected"
-            reason = ("compromises precision; not adopted whatever the speed-up"
-                      + (f" (it would apply: {option['why']})" if holds else ""))
-        elif holds is None:
-            decision, reason = "left to investigate", "a figure it needs was not measured in this campaign"
-        elif holds:
-            decision, reason = "prioritised", option["why"]
+            raise InputError(f"{rules.path}: option '{spec['id']}': fields 'when'/'gain_ms': {err}") from None
+        option.inputs = {name: figures.get(name) for name in names}
+        option.gain_ms = gain.value
+        option.gain_pct = gain.value / tpot * 100 if gain.value is not None and tpot else None
+        missing = [name for name, value in option.inputs.items() if value is None]
+        predicted = (f"predicted {fmt_ms(option.gain_ms)} ms ({option.gain_pct:+.1f}% of TPOT)"
+                     if option.gain_ms is not None and option.gain_pct is not None else "")
+        if option.compromises_precision:
+            option.decision = "rejected"
+            option.reason = ("compromises precision; not adopted whatever it buys"
+                             + (f" ({predicted})" if predicted else ""))
+        elif applies.value is False:
+            option.decision, option.reason = "not applicable", f"{applies.clause} is false"
+        elif option.gain_ms is None:
+            option.decision = "left to investigate"
+            option.reason = "not measured here: " + ", ".join(missing or ["a figure of its formula"])
+        elif option.gain_pct is not None and option.gain_pct < bar_pct:
+            option.decision = "not pursued"
+            option.reason = (f"{predicted}: below {bar_what}" if option.gain_ms > 0
+                             else f"{predicted}: no change" if option.gain_ms == 0
+                             else f"{predicted}: it would make TPOT worse")
+        elif applies.value is None:
+            option.decision = "left to investigate"
+            option.reason = f"{predicted}, but {applies.clause} is not known here"
         else:
-            decision, reason = "not pursued", option.get("otherwise", "its condition does not hold")
-        record.append({"id": option["id"], "title": option["title"], "condition": option["when"],
-                       "evidence": evidence, "decision": decision, "reason": reason})
-    return record
+            option.decision = "prioritised"
+            option.reason = f"{predicted}, at or above {bar_what}; applies: {applies.clause}"
+        record.append(option)
+    chosen = sorted((o for o in record if o.decision == "prioritised"), key=lambda o: -(o.gain_ms or 0))
+    for rank, option in enumerate(chosen, 1):
+        option.rank = rank
+    order = {"prioritised": 0, "left to investigate": 1, "not pursued": 2, "rejected": 3, "not applicable": 4}
+    return sorted(record, key=lambda o: (order[o.decision], -(o.gain_ms if o.gain_ms is not None else -1e9)))
 
 
-def _fmt(value: float | None) -> str:
+def fmt_figure(value: float | None) -> str:
     if value is None:
         return "not measured"
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:.4g}"
+    return str(int(value)) if isinstance(value, float) else str(value)
+
+
+def fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.3f}"

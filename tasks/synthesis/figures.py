@@ -12,6 +12,7 @@ from tasks.gemm.results import GemmResult, GemmRow
 from tasks.host import HostFacts
 from tasks.macro.results import MacroSingle, MacroSweep
 from tasks.model import ModelFacts
+from tasks.profile.results import CaptureManifest
 from tasks.view import Findings
 
 
@@ -27,6 +28,9 @@ class KeyFigures:
     decode_tpot_ms: float | None
     tpot_by_concurrency: dict[int, float] = field(default_factory=dict)
     """Mean TPOT without the profiler at each concurrency served (single stream and sweep levels)."""
+    capture: CaptureManifest | None = None
+    single: MacroSingle | None = None
+    sweep: MacroSweep | None = None
 
     def share(self, category: str) -> float | None:
         if self.rank0 is None:
@@ -38,16 +42,30 @@ class KeyFigures:
     def dominant_category(self) -> str | None:
         return self.rank0.dominant_category() if self.rank0 else None
 
-    def rule_inputs(self) -> dict[str, float | None]:
-        """The figures the decision rules may name; None where this campaign did not measure it."""
-        quantized = None if self.model is None else (1 if self.model.weight_dtype != "bf16" else 0)
-        cuda = None if self.host is None else (1 if self.host.accelerator == "cuda" else 0)
-        return {"tp": self.tp, "comm_share_pct": self.share("communication"),
-                "gemm_share_pct": self.share("gemm"), "attention_share_pct": self.share("attention"),
-                "moe_share_pct": self.share("moe"), "quantized": quantized,
-                "decode_tpot_ms": self.decode_tpot_ms,
-                "w4a16_vs_bf16_speedup": w4a16_speedup(self.gemm.rows) if self.gemm else None,
-                "cuda": cuda}
+    def tpot_spread_pct(self, concurrency: int) -> float | None:
+        """The spread of the runs' mean TPOT at a concurrency (single stream for 1), % of the median."""
+        levels = ([self.single.single_stream] if self.single else []) + (self.sweep.levels if self.sweep else [])
+        for level in levels:
+            if level.concurrency == concurrency and level.noise:
+                return level.noise.tpot_ms_mean.spread_pct
+        return None
+
+    @property
+    def capture_concurrency(self) -> int:
+        load = self.capture.load if self.capture else None
+        return load.concurrency if load else 1
+
+    @property
+    def profiled_tpot_ms(self) -> float | None:
+        """Mean TPOT of the requests the profiler recorded."""
+        load = self.capture.load if self.capture else None
+        return load.tpot_ms.mean if load and load.tpot_ms else None
+
+    @property
+    def capture_tpot_ms(self) -> float | None:
+        """TPOT at the capture's concurrency without the profiler, else with it: what the
+        decisions' predicted changes are relative to."""
+        return self.tpot_by_concurrency.get(self.capture_concurrency) or self.profiled_tpot_ms
 
 
 def key_figures(findings: Findings) -> KeyFigures:
@@ -58,16 +76,20 @@ def key_figures(findings: Findings) -> KeyFigures:
             if level.tpot_ms.mean is not None}
     if single and single.single_stream.tpot_ms.mean is not None:
         tpot[1] = single.single_stream.tpot_ms.mean  # the single-stream run is the c=1 reference
+    model = findings.result("model_facts", ModelFacts)
     return KeyFigures(
-        tp=findings.session.config.service.tensor_parallel,
+        tp=model.shapes.tensor_parallel if model and model.shapes else findings.session.config.service.tensor_parallel,
         rank0=breakdown.ranks[0] if breakdown and breakdown.ranks else None,
         breakdown=breakdown,
-        model=findings.result("model_facts", ModelFacts),
+        model=model,
         host=findings.result("host_facts", HostFacts),
         gemm=findings.result("gemm_bench", GemmResult),
         allreduce=findings.result("allreduce_bench", AllreduceResult),
         decode_tpot_ms=single.single_stream.tpot_ms.mean if single else None,
         tpot_by_concurrency=tpot,
+        capture=findings.result("profile_capture", CaptureManifest),
+        single=single,
+        sweep=sweep,
     )
 
 

@@ -53,13 +53,13 @@ def _predict(shapes: ModelShapes, timed: dict[tuple[str, int], float], m: int, k
 
 
 def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, experts: bool,
-                 cold: bool = False) -> GemmPrediction | None:
+                 cold: bool = False, as_w4a16: bool = False) -> GemmPrediction | None:
     """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
-    step, in the format the model runs (not the what-if W4A16 rows); None when no M was timed.
-    Routed experts come from the fused-MoE rows where those were timed (what the server runs),
-    else from each expert's GEMM alone."""
-    timed = {(row.name, row.m): micro_us(row, cold) for row in gemm.rows
-             if row.us is not None and not row.name.endswith(W4A16_COMPARISON)}
+    step, in the format the model runs (``as_w4a16``: from the what-if W4A16 rows instead);
+    None when no M was timed. Routed experts come from the fused-MoE rows where those were timed
+    (what the server runs), else from each expert's GEMM alone."""
+    timed = {(row.name.removesuffix(W4A16_COMPARISON), row.m): micro_us(row, cold) for row in gemm.rows
+             if row.us is not None and row.name.endswith(W4A16_COMPARISON) == as_w4a16}
     measured_m = sorted({m for _, m in timed})
     if not measured_m:
         return None
@@ -69,6 +69,11 @@ def predict_gemm(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float, ex
         return _predict(shapes, timed, m, {"dense"})
     fused = _predict(shapes, timed, m, {"fused_experts"})
     return fused if fused.calls_per_step and not fused.missing else _predict(shapes, timed, m, {"expert"})
+
+
+def predict_gemm_as_w4a16(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float) -> GemmPrediction | None:
+    """The dense GEMMs of a step from the what-if W4A16 rows (None when none were timed)."""
+    return predict_gemm(shapes, gemm, decode_tokens, experts=False, as_w4a16=True)
 
 
 def gemm_rows(figures: KeyFigures) -> list[list[str]]:

@@ -4,39 +4,56 @@ came from (as each todo recorded it, with any that a later config change made st
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from orchestrator.results import stale_reason
 from orchestrator.schema import Status
-from tasks.synthesis.decisions import decide
+from tasks.synthesis.decisions import Option, Rules, fmt_figure, fmt_ms
+from tasks.synthesis.estimates import rule_figures
 from tasks.synthesis.figures import KeyFigures
+from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
 from tasks.view import Findings, fmt
 
 
-def decision_section(figures: KeyFigures) -> str:
-    record = decide(figures.rule_inputs())
-    return ("## Decision record\n\nRules: `tasks/synthesis/decision_rules.toml`. Options that compromise"
-            " precision are rejected whatever they would buy.\n\n"
-            + md_table(["option", "evidence", "decision", "reason"],
-                       [[r["title"], r["evidence"] or "-", r["decision"], r["reason"]] for r in record]))
+def decision_section(figures: KeyFigures, rules: Rules, record: list[Option]) -> str:
+    """The options ranked by predicted TPOT change, each with its formula, inputs and the
+    clause that decided it."""
+    values = rule_figures(figures, rules.assumptions)
+    rows = [[str(o.rank) if o.rank else "-", o.title, fmt_ms(o.gain_ms),
+             "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
+             f"`{o.gain_formula}` with " + ", ".join(f"{k} = {fmt_figure(v)}" for k, v in o.inputs.items()),
+             f"**{o.decision}**: {o.reason}"] for o in record]
+    assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items())
+    tpot = values.get("tpot_ms")
+    return ("## Decision record\n\n"
+            f"Rules: `{rules.path.name}` (`when` decides whether an option applies, `gain_ms` predicts the TPOT"
+            f" it saves from this campaign's figures). Predictions are against TPOT {fmt(tpot, 3)} ms"
+            f" (c={figures.capture_concurrency}, no profiler); a positive change is faster. Assumptions, stated"
+            f" and editable in the rules file: {assumed}. Options that compromise precision are rejected"
+            " whatever they buy; the gain is still shown.\n\n"
+            + md_table(["rank", "option", "predicted ΔTPOT ms", "% of TPOT", "formula and inputs", "decision"],
+                       rows)
+            + "\nWhy each option could help:\n\n"
+            + "\n".join(f"- {o.title}: {o.why}" for o in record) + "\n")
 
 
-def baseline_section(figures: KeyFigures, findings: Findings) -> str:
-    rank0 = figures.rank0
-    comm = rank0.categories.get("communication") if rank0 else None
-    rules = figures.rule_inputs()
-    baseline = {
-        "single_stream_tpot_ms": figures.decode_tpot_ms,
-        "decode_device_ms_per_step_rank0": rank0.device_ms_per_step if rank0 else None,
-        "decode_wall_ms_per_step_rank0": rank0.wall_ms_per_step if rank0 else None,
-        **{key: value for key, value in rules.items() if key.endswith("_share_pct")},
-        "communication_calls_per_step_rank0": comm.calls_per_step if comm else None,
-    }
-    write_atomic(findings.folder / "baseline.json", json.dumps(baseline, indent=1).encode())
-    return ("## Baseline\n\nWhat a later campaign compares against (also in [baseline.json](baseline.json)):\n\n"
-            + md_table(["figure", "value"], [[k, fmt(v, 3)] for k, v in baseline.items()]))
+def baseline_section(figures: KeyFigures, findings: Findings, record: list[Option]) -> str:
+    """Writes baseline.json (this campaign's figures with their noise, and the decision record's
+    predictions) and, with `campaign.baseline` set, compares this campaign against that one."""
+    campaign = findings.session.config.campaign
+    mine = snapshot(figures, findings.state.campaign, str(findings.session.state_path.absolute()),
+                    {o.id: o.gain_ms for o in record}, campaign.applied_option)
+    write_atomic(findings.folder / "baseline.json", mine.model_dump_json(indent=1).encode())
+    text = ("## Baseline\n\nThis campaign's figures with their noise, for a later campaign to compare against:"
+            " [baseline.json](baseline.json) (`orchestrate compare A B` takes it, or the todo file).\n")
+    if campaign.baseline:
+        other = load_snapshot(Path(campaign.baseline))
+        text += (f"\n## Versus baseline\n\nA = `{other.campaign}` ({other.source}), B = this campaign.\n\n"
+                 + comparison_table(other, mine))
+    return text
 
 
 def configuration_section(findings: Findings) -> str:

@@ -106,18 +106,20 @@ def time_sizes(all_reduce, sizes, dtype, device, world, args):
             if use_cuda:
                 torch.cuda.synchronize()
             samples.append((time.perf_counter() - started) / args.iterations)
-        # Every rank's median; the slowest rank sets the collective's pace.
-        mine = torch.tensor([statistics.median(samples)], dtype=torch.float64)
-        gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+        # Every rank's median (and its repeats' min and max); the slowest rank sets the pace.
+        mine = torch.tensor([statistics.median(samples), min(samples), max(samples)], dtype=torch.float64)
+        gathered = [torch.zeros(3, dtype=torch.float64) for _ in range(world)]
         if use_cuda:
             mine, gathered = mine.cuda(), [g.cuda() for g in gathered]
         dist.all_gather(gathered, mine)
-        seconds = max(float(g.item()) for g in gathered)
+        slowest = max((g.tolist() for g in gathered), key=lambda v: v[0])
+        seconds = slowest[0]
         nbytes = numel * element
         algbw = nbytes / seconds / 1e9
         rows.append({"bytes": nbytes, "latency_us": seconds * 1e6, "algbw_gbps": algbw,
                      "busbw_gbps": algbw * 2 * (world - 1) / world,
-                     "per_rank_latency_us": [float(g.item()) * 1e6 for g in gathered]})
+                     "per_rank_latency_us": [float(g[0].item()) * 1e6 for g in gathered],
+                     "repeats": len(samples), "spread_pct": (slowest[2] - slowest[1]) / seconds * 100})
     return rows
 
 

@@ -33,13 +33,50 @@ def timer(device):
     return measure
 
 
-def median_seconds(fn, device, repeats, calls):
+def sample_seconds(fn, device, repeats, calls):
+    """``repeats`` timings of ``calls`` calls each (seconds a call), after a warmup."""
     measure = timer(device)
     for _ in range(3):
         fn()
     if device == "cuda":
         torch.cuda.synchronize()
-    return statistics.median(measure(fn, calls) for _ in range(repeats))
+    return [measure(fn, calls) for _ in range(repeats)]
+
+
+def median_seconds(fn, device, repeats, calls, spread=None):
+    """The median of ``repeats`` timings; ``spread`` (a dict) receives their spread."""
+    samples = sample_seconds(fn, device, repeats, calls)
+    median = statistics.median(samples)
+    if spread is not None:
+        spread["samples"] = len(samples)
+        spread["spread_pct"] = (max(samples) - min(samples)) / median * 100 if median else None
+    return median
+
+
+GROWTH_LIMIT = 2.0
+"""A GEMM's time may grow with M by at most this times M's own ratio between two timed sizes."""
+FALL_LIMIT = 3.0
+"""... and may not fall by more than this factor as M grows: either is a measurement, not the kernel."""
+
+
+def shape_outliers(timed):
+    """Keys whose time is implausible beside the same GEMM at the neighbouring M: ``timed`` maps
+    (m, rest...) keys to seconds. Growing M never makes a GEMM much faster, and a decode-size GEMM
+    (weight-bound) grows more slowly than M: a time far off both is a bad run (the host busy, a
+    clock change), measured again by the caller."""
+    groups = {}
+    for key, seconds in timed.items():
+        if seconds:
+            groups.setdefault(key[1:], []).append((key[0], seconds, key))
+    suspects = set()
+    for points in groups.values():
+        points.sort(key=lambda point: point[0])
+        for (m0, t0, key0), (m1, t1, key1) in zip(points, points[1:], strict=False):
+            if t1 / t0 > max(FALL_LIMIT, GROWTH_LIMIT * m1 / m0):
+                suspects.add(key1)
+            elif t0 / t1 > FALL_LIMIT:
+                suspects.add(key0)
+    return suspects
 
 
 def copy_ceiling_gbps(device, repeats):
@@ -74,13 +111,13 @@ def time_rotations(calls, device, repeats, do_bench=False):
             with torch.cuda.graph(graph):
                 for fn in calls:
                     fn()
-            seconds = median_seconds(graph.replay, device, repeats, 1) / copies
+            seconds = median_seconds(graph.replay, device, repeats, 1, row) / copies
             row["timing"] = "CUDA events around CUDA graph replays"
         except Exception as err:  # noqa: BLE001 - fall back to eager launches
             row["graph_error"] = str(err).splitlines()[0][:200]
     batch = copies if device == "cuda" else max(1, min(copies, 4))
     if seconds is None:
-        seconds = median_seconds(call, device, repeats, batch)
+        seconds = median_seconds(call, device, repeats, batch, row)
         row["timing"] = "CUDA events, eager launches" if device == "cuda" else "perf_counter, median of repeats"
     if do_bench and device == "cuda":
         import triton.testing

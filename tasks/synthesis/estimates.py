@@ -1,0 +1,219 @@
+"""The figures the decision rules read: measured ones from the typed results, and the few
+derived quantities (a collective's waiting share, the micro GEMM delta of W4A16, the expected
+tokens a speculative step accepts) that the options' predicted TPOT changes are written in.
+
+Every figure is in ms, µs, a count or a flag, named so its unit is in its name; None where the
+campaign did not measure what it needs (the rule that names it is then "left to investigate").
+`decision_rules.toml` is the vocabulary's user: its `when` and `gain_ms` expressions name these.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from tasks.allreduce.results import AllreduceResult
+from tasks.gemm.results import GemmResult
+from tasks.model.shapes import ModelShapes
+from tasks.synthesis.figures import KeyFigures, w4a16_speedup
+from tasks.synthesis.reconcile import predict_gemm, predict_gemm_as_w4a16
+
+BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "w4a16": 0.5}
+GPU_MEMORY_USABLE = 0.9
+"""Share of a GPU's memory vLLM may fill by default (gpu_memory_utilization)."""
+
+
+def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str, float | None]:
+    """The rules' vocabulary for this campaign: measured figures, then the stated assumptions."""
+    rank0 = figures.rank0
+    shapes = figures.model.shapes if figures.model else None
+    out: dict[str, float | None] = {
+        "tp": figures.tp,
+        "cuda": None if figures.host is None else (1 if figures.host.accelerator == "cuda" else 0),
+        "quantized": None if figures.model is None else (1 if figures.model.weight_dtype != "bf16" else 0),
+        "tpot_ms": figures.capture_tpot_ms,
+        "tpot_spread_pct": figures.tpot_spread_pct(figures.capture_concurrency),
+        "decode_tpot_ms": figures.decode_tpot_ms,
+        "w4a16_vs_bf16_speedup": w4a16_speedup(figures.gemm.rows) if figures.gemm else None,
+    }
+    for category in ("communication", "gemm", "attention", "moe"):
+        short = "comm" if category == "communication" else category
+        out[f"{short}_share_pct"] = figures.share(category)
+        out[f"{short}_ms"] = category_ms(figures, category)
+    out.update(_collective_figures(figures))
+    out.update(_allreduce_figures(figures))
+    out.update(_gemm_figures(figures, assumptions))
+    out["moe_layers"] = moe_layers(shapes) if shapes else None
+    out["fits_half_tp"] = _fits_half_tp(figures)
+    out.update(assumptions)
+    k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
+    out["spec_expected_tokens"] = (expected_accepted(rate, int(k)) if k is not None and rate is not None
+                                   else None)
+    if rank0 is None:
+        for name in ("comm_ms", "gemm_ms", "attention_ms", "moe_ms"):
+            out[name] = None
+    return out
+
+
+def category_ms(figures: KeyFigures, category: str) -> float | None:
+    """A category's ms a decode step on rank 0, with its device work between steps (vLLM 0.26
+    runs the lm_head and sampling after the step's annotation)."""
+    rank0 = figures.rank0
+    if rank0 is None:
+        return None
+    inside = rank0.categories.get(category)
+    between = rank0.between_steps.categories.get(category) if rank0.between_steps else None
+    return (inside.ms_per_step if inside else 0.0) + (between.ms_per_step if between else 0.0)
+
+
+def typical_ms(category: Any) -> float:
+    """calls a step x the typical (p50) call: the category without its tail."""
+    return (category.p50_us_per_call or 0.0) * category.calls_per_step / 1000
+
+
+def _collective_figures(figures: KeyFigures) -> dict[str, float | None]:
+    """The waiting share of collectives: mean minus p50 a call, times calls, per rank."""
+    if figures.breakdown is None or figures.rank0 is None:
+        return {"comm_typical_ms": None, "comm_wait_ms": None, "comm_wait_min_rank_ms": None,
+                "ar_calls": None, "ar_trace_p50_us": None}
+    waits = []
+    for rank in figures.breakdown.ranks:
+        comm = rank.categories.get("communication")
+        waits.append(max(0.0, comm.ms_per_step - typical_ms(comm)) if comm and comm.calls_per_step else 0.0)
+    comm = figures.rank0.categories.get("communication")
+    reduce_ops = [k for k in figures.rank0.top_kernels
+                  if k.category == "communication" and "gather" not in k.name.lower()]
+    calls = sum(v for k, v in figures.rank0.communication_by_name_per_step.items() if "gather" not in k.lower())
+    p50 = (sum(k.p50_us_per_call * k.calls_per_step for k in reduce_ops) / sum(k.calls_per_step for k in reduce_ops)
+           if reduce_ops else None)
+    return {"comm_typical_ms": typical_ms(comm) if comm else 0.0, "comm_wait_ms": waits[0],
+            "comm_wait_min_rank_ms": min(waits), "ar_calls": calls, "ar_trace_p50_us": p50}
+
+
+def _allreduce_figures(figures: KeyFigures) -> dict[str, float | None]:
+    """The all-reduce micro at the captured step's message size: the implementation the server
+    uses, and the fastest measured alternative (NCCL variants, vLLM's custom/shared-memory one)."""
+    allreduce = figures.allreduce
+    none = {"ar_micro_us": None, "ar_best_us": None, "ar_alternatives": None, "a2a_estimate_us": None}
+    if allreduce is None or not allreduce.predictions:
+        return none
+    tokens = max(1, round(figures.rank0.decode_tokens_per_step)) if figures.rank0 else 1
+    prediction = min(allreduce.predictions, key=lambda p: (abs(p.decode_tokens - tokens), p.decode_tokens))
+    alternatives = latency_by_implementation(allreduce, prediction.bytes)
+    shapes = figures.model.shapes if figures.model else None
+    a2a = 0.0 if shapes and not moe_layers(shapes) else None  # no MoE layer: nothing to dispatch
+    if shapes and moe_layers(shapes):
+        fused = next((layer for layer in shapes.layers if layer.kind == "fused_experts"), None)
+        top_k = fused.top_k if fused and fused.top_k else 1
+        # Dispatch sends each token's hidden state to the ranks of its top-k experts: estimated
+        # as an all-reduce of that many bytes (the closest measured size at or above it).
+        a2a = latency_at(allreduce, tokens * top_k * shapes.hidden_size * 2)
+    return {"ar_micro_us": prediction.latency_us, "ar_best_us": min(alternatives.values(), default=None),
+            "ar_alternatives": float(len(alternatives) - 1) if alternatives else 0.0, "a2a_estimate_us": a2a}
+
+
+def latency_by_implementation(allreduce: AllreduceResult, size: int) -> dict[str, float]:
+    """µs at ``size`` bytes for every implementation the all-reduce phase measured."""
+    found: dict[str, float] = {}
+    for run in allreduce.runs:
+        if run.error:
+            continue
+        label = ("NCCL " + "/".join(filter(None, (run.nccl_algo, run.nccl_proto)))
+                 if run.nccl_algo or run.nccl_proto else run.backend or "default")
+        for rows, name in ((run.rows, label), (run.vllm_shm_rows or [], "vLLM shared-memory")):
+            row = next((r for r in rows if r.bytes == size), None)
+            if row is not None:
+                found[name] = min(found.get(name, math.inf), row.latency_us)
+    return found
+
+
+def latency_at(allreduce: AllreduceResult, size: int) -> float | None:
+    """The server's implementation's µs at the smallest measured size >= ``size`` (else the largest)."""
+    rows = next((run.vllm_shm_rows or run.rows for run in allreduce.runs
+                 if not run.error and (run.vllm_shm_rows or run.rows)), [])
+    if "shm" not in allreduce.predicted_by:
+        rows = next((run.rows for run in allreduce.runs if not run.error and run.rows), [])
+    ordered = sorted(rows, key=lambda r: r.bytes)
+    if not ordered:
+        return None
+    return next((r.latency_us for r in ordered if r.bytes >= size), ordered[-1].latency_us)
+
+
+def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str, float | None]:
+    shapes = figures.model.shapes if figures.model else None
+    gemm: GemmResult | None = figures.gemm
+    none = {"w4a16_gemm_delta_ms": None, "spec_verify_extra_ms": None, "weight_floor_ms": None}
+    if not (shapes and gemm):
+        return none
+    tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
+    now = predict_gemm(shapes, gemm, tokens or 1, experts=False)
+    as_int4 = predict_gemm_as_w4a16(shapes, gemm, tokens or 1)
+    delta = (now.ms_per_step - as_int4.ms_per_step if now and as_int4 and not as_int4.missing else None)
+    k = int(assumptions.get("spec_tokens", 3))
+    at_now, wider = dense_gemm_ms_at(shapes, gemm, tokens or 1), dense_gemm_ms_at(shapes, gemm, (tokens or 1) * (k + 1))
+    verify = wider - at_now if wider is not None and at_now is not None else None
+    floor = weight_bytes_per_step(shapes, tokens or 1) / (gemm.copy_ceiling_gbps * 1e6) if gemm.copy_ceiling_gbps else None
+    return {"w4a16_gemm_delta_ms": 0.0 if shapes.weight_dtype != "bf16" else delta,
+            "spec_verify_extra_ms": verify, "weight_floor_ms": floor}
+
+
+def dense_gemm_ms_at(shapes: ModelShapes, gemm: GemmResult, m: float) -> float | None:
+    """The dense GEMMs of a step at ``m`` tokens, linear between the batch sizes timed (the
+    nearest segment beyond them); None with fewer than two sizes timed or ``m`` not bracketed
+    and only one size."""
+    points = []
+    for size in sorted({row.m for row in gemm.rows if row.us is not None}):
+        prediction = predict_gemm(shapes, gemm, size, experts=False)
+        if prediction and prediction.m == size and not prediction.missing and prediction.calls_per_step:
+            points.append((size, prediction.ms_per_step))
+    if not points:
+        return None
+    if len(points) == 1:
+        return points[0][1] if points[0][0] == m else None
+    for (m0, y0), (m1, y1) in zip(points, points[1:], strict=False):
+        if m <= m1 or (m1, y1) == points[-1]:
+            return y0 + (y1 - y0) * (m - m0) / (m1 - m0)
+    return None
+
+
+def moe_layers(shapes: ModelShapes) -> float:
+    fused = next((layer for layer in shapes.layers if layer.kind == "fused_experts"), None)
+    return round(fused.count_per_layer * shapes.num_layers) if fused else 0.0
+
+
+def weight_bytes_per_step(shapes: ModelShapes, tokens: float) -> float:
+    """Bytes of weights one rank reads in a decode step of ``tokens`` sequences: every dense GEMM
+    once, and of each MoE layer the experts the step's tokens touch (E(1-(1-k/E)^tokens))."""
+    total = 0.0
+    for layer in shapes.layers:
+        bytes_each = layer.k * layer.n * BYTES_PER_WEIGHT[layer.dtype]
+        count = 1.0 if layer.name == "lm_head" else layer.count_per_layer * shapes.num_layers
+        if layer.kind == "dense":
+            total += bytes_each * count
+        elif layer.kind == "fused_experts" and layer.experts and layer.top_k:
+            touched = layer.experts * (1 - (1 - layer.top_k / layer.experts) ** max(1.0, tokens))
+            total += 3 * bytes_each * touched * count  # w13 (2 x K x N) and w2 (N x K)
+    return total
+
+
+def expected_accepted(rate: float, proposed: int) -> float:
+    """Tokens a speculative step yields with ``proposed`` drafts each accepted at ``rate``
+    (independent, stop at the first rejection): (1 - rate^(k+1)) / (1 - rate)."""
+    if rate >= 1:
+        return float(proposed + 1)
+    return (1 - rate ** (proposed + 1)) / (1 - rate)
+
+
+def _fits_half_tp(figures: KeyFigures) -> float | None:
+    """1 when the weights at half the TP fit in a GPU's usable memory; None on CPU or unknown."""
+    shapes = figures.model.shapes if figures.model else None
+    host = figures.host
+    if not (shapes and host and host.accelerator == "cuda" and host.gpus) or figures.tp < 2:
+        return None
+    memory_mib = [float(part.split()[0]) for gpu in host.gpus for part in gpu.split(",")[2:3]
+                  if part.strip().split()[0].replace(".", "").isdigit()]
+    if not memory_mib:
+        return None
+    per_rank_now = weight_bytes_per_step(shapes, 1e9)  # every expert: what the rank holds
+    return 1.0 if 2 * per_rank_now <= statistics.median(memory_mib) * 2**20 * GPU_MEMORY_USABLE else 0.0
