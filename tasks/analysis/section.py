@@ -76,7 +76,7 @@ def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.6 * len(analysis.ranks)))
+    fig, ax = plt.subplots(figsize=(7, 2.0 + 0.6 * len(analysis.ranks)))
     # One colour a category, fixed, so every rank's bar reads with the one legend.
     categories = list(dict.fromkeys(c for rank in analysis.ranks for c in rank.categories))
     palette = plt.get_cmap("tab20").colors
@@ -90,7 +90,7 @@ def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
         ax.barh(0, 0, color=colour[category], label=category)
     ax.set(yticks=range(len(analysis.ranks)), yticklabels=[f"rank {r.rank}" for r in analysis.ranks],
            xlabel="ms a decode step", title="Decode-step device time by category")
-    ax.legend(fontsize=7, ncol=4, loc="lower center", bbox_to_anchor=(0.5, 1.15))
+    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.45))
     fig.tight_layout()
     fig.savefig(folder / "breakdown.png", dpi=100)
     plt.close(fig)

@@ -145,8 +145,13 @@ def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
 
     names = []
     fig, ax = axes("Throughput vs concurrency", "output tokens/s")
-    ax.errorbar(conc, [value(level.output_throughput_tok_per_s) for level in levels],
-                yerr=bars("output_throughput_tok_per_s"), marker="o", capsize=3)
+    spread_bars = bars("output_throughput_tok_per_s")
+    if spread_bars:  # each run's throughput: the median, its min-max as the bar
+        ax.errorbar(conc, [level.noise.output_throughput_tok_per_s.median for level in levels],
+                    yerr=spread_bars, marker="o", capsize=3, label="median of the runs, min-max")
+        ax.legend()
+    else:
+        ax.plot(conc, [value(level.output_throughput_tok_per_s) for level in levels], marker="o")
     names.append(save(fig, "throughput"))
     fig, ax = axes("Latency percentiles", "ms")
     for metric in ("tpot_ms", "itl_ms"):

@@ -58,9 +58,12 @@ def step_rows(figures: KeyFigures) -> tuple[list[StepRow], float] | None:
     between = rank0.between_steps.device_ms_per_step if rank0.between_steps else 0.0
     rows.append(StepRow("device work between steps", between, how="after the step's annotation (logits, sampling)"))
     explained = sum(row.ms for row in rows)
-    rows.append(StepRow("rest, outside any step (unexplained by the trace)", tpot - explained,
-                        how="TPOT - the rows above: scheduling, API server, detokenisation, streaming;"
-                            " negative when steps overlap (async scheduling)"))
+    rest = tpot - explained
+    rows.append(StepRow("rest, outside any step (unexplained by the trace)", rest,
+                        how="TPOT - the rows above: " + (
+                            "time between steps (scheduling, API server, detokenisation, streaming)" if rest >= 0
+                            else "negative: a token arrives faster than a step's annotated span, so steps"
+                                 " overlap the next one's preparation (async scheduling)")))
     return rows, tpot
 
 
