@@ -111,6 +111,7 @@ DECISION_CASES = [
     ("rank_alignment", {"tp": 1}, "not applicable", "tp > 1 (tp = 1) is false", 0.1),
     ("rank_alignment", {"comm_wait_min_rank_ms": 1.5}, "prioritised", "applies: tp > 1 (tp = 2)", 1.5),
     ("expert_parallelism", {}, "not applicable", "moe_layers > 0 (moe_layers = 0) is false", 0.0),
+    ("expert_parallelism", {"tp": 1, "ar_trace_p50_us": None}, "not applicable", "tp > 1 (tp = 1) is false", 0.0),
     ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 5.0}, "prioritised", "+0.600 ms", 0.6),
     ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 15.0}, "not pursued", "it would make TPOT worse", -0.6),
     ("lower_tp", {"fits_half_tp": 0.0}, "not applicable", "fits_half_tp == 1 (fits_half_tp = 0) is false", -1.0),

@@ -145,7 +145,8 @@ def test_every_category_of_the_rules_file_is_in_the_breakdown_and_shares_sum_to_
     assert classify.categories[0] == "tinygemm_only" and classify.categories[-2:] == ("never_seen", "other")
     assert result["categories"]["tinygemm_only"]["calls_per_step"] > 0
     assert result["categories"]["never_seen"] == {"calls_per_step": 0.0, "mean_us_per_call": None,
-                                                  "p50_us_per_call": None, "ms_per_step": 0.0, "share_pct": 0.0}
+                                                  "p50_us_per_call": None, "ms_per_step": 0.0, "share_pct": 0.0,
+                                                  "ms_per_step_ci95": 0.0}
     assert sum(c["share_pct"] for c in result["categories"].values()) == pytest.approx(100.0, abs=1e-9)
     # The shipped rules too.
     shipped = analyze_trace(GPU_TRACE, Classifier())

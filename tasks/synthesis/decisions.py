@@ -73,6 +73,8 @@ class _Evaluator:
             return Outcome(holds, self.text(node))
         if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
             left, right = self.run(node.left).value, self.run(node.right).value
+            if isinstance(node.op, ast.Mult) and 0 in (left, right):
+                return Outcome(0.0)  # zero times anything, measured or not (no MoE layer: no gain)
             if left is None or right is None:
                 return Outcome(None)
             try:

@@ -154,4 +154,6 @@ def comparison_document(a: Snapshot, b: Snapshot) -> str:
     return (f"# Comparison: `{a.campaign}` (A) vs `{b.campaign}` (B)\n\nA: `{a.source}`\n\nB: `{b.source}`\n\n"
             "Serving figures: the median of each level's runs with their min-max; decode-step figures: the mean"
             " over the trace's steps ± its 95% interval. A difference is outside the noise when each campaign's"
-            " figure lies outside the other's interval.\n\n" + comparison_table(a, b))
+            " figure lies outside the other's interval. The intervals are each campaign's own noise (runs minutes"
+            " apart, steps of one capture); a host that drifted between the campaigns (other load, clocks,"
+            " thermals) is not in them.\n\n" + comparison_table(a, b))

@@ -37,20 +37,19 @@ def step_rows(figures: KeyFigures) -> tuple[list[StepRow], float] | None:
     if rank0 is None or not tpot:
         return None
     rows: list[StepRow] = []
-    tails = waiting = 0.0
     for name, category in rank0.categories.items():
         if not category.calls_per_step:
             continue
-        typical = typical_ms(category)
-        rows.append(StepRow(f"{name}: typical calls", typical, category.calls_per_step,
-                            category.p50_us_per_call, "calls a step x p50 µs a call"))
         if name == "communication":
-            waiting = category.ms_per_step - typical
-        else:
-            tails += category.ms_per_step - typical
-    rows.append(StepRow("communication: waiting above the typical call", waiting, how=
-                        "calls x (mean - p50): a collective waiting for a late rank"))
-    rows.append(StepRow("other categories: tails above the typical call", tails, how="calls x (mean - p50)"))
+            # A collective repeats one op: its mean above the p50 is waiting for a late rank.
+            typical = typical_ms(category)
+            rows.append(StepRow("communication: typical calls", typical, category.calls_per_step,
+                                category.p50_us_per_call, "calls a step x p50 µs a call"))
+            rows.append(StepRow("communication: waiting above the typical call", category.ms_per_step - typical,
+                                how="calls x (mean - p50): a collective waiting for a late rank"))
+            continue
+        rows.append(StepRow(name, category.ms_per_step, category.calls_per_step, category.mean_us_per_call,
+                            "calls a step x mean µs a call"))
     rows.append(StepRow("overlap between streams", rank0.busy_union_ms_per_step - rank0.device_ms_per_step,
                         how="union of busy time - sum of device work (0 on one stream)"))
     rows.append(StepRow("host time inside the step", rank0.wall_ms_per_step - rank0.busy_union_ms_per_step,
@@ -93,7 +92,7 @@ def step_model_section(figures: KeyFigures) -> str:
         floor = weight_bytes / (figures.gemm.copy_ceiling_gbps * 1e6)
         notes.append(f"Physical floor: a rank reads {weight_bytes / 1e6:,.2f} MB of weights a step; at the"
                      f" measured copy bandwidth ({figures.gemm.copy_ceiling_gbps:.1f} GB/s, read + write) that is"
-                     f" {floor:.4f} ms, so TPOT is {tpot / floor:,.0f}x the floor"
+                     f" {floor:.4f} ms, so TPOT is {tpot / floor:,.2f}x the floor"
                      f" (GEMM trace time {category_ms(figures, 'gemm') + category_ms(figures, 'moe'):.3f} ms a step).")
     if figures.breakdown and len(figures.breakdown.ranks) > 1:
         imbalance = figures.breakdown.imbalance
