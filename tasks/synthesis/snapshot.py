@@ -3,7 +3,7 @@
 A snapshot holds each headline figure with its noise interval: serving figures from the repeats
 (median of the runs' means, min-max), decode-step figures from the trace (mean over steps,
 ± the 95% interval). Two figures differ beyond the noise when each one lies outside the other's
-interval. A snapshot is built from a todo file (the results are in it) or read back from a report
+interval and their difference is wider than either interval. A snapshot is built from a todo file (the results are in it) or read back from a report
 folder's `baseline.json`, so `orchestrate compare` takes either.
 """
 
@@ -114,8 +114,11 @@ def verdict(a: Measured, b: Measured) -> str:
         return "not measured in both"
     if None in (a.low, a.high, b.low, b.high):
         return "no interval: noise unknown"
-    outside = not (a.low <= b.value <= a.high) and not (b.low <= a.value <= b.high)
-    return "**outside the noise**" if outside else "inside the noise"
+    # Outside the noise of both: each figure outside the other's interval, and the difference
+    # wider than either interval (two tight but nearby intervals from a few runs are not proof).
+    apart = not (a.low <= b.value <= a.high) and not (b.low <= a.value <= b.high)
+    wider = abs(b.value - a.value) > max(a.high - a.low, b.high - b.low)
+    return "**outside the noise**" if apart and wider else "inside the noise"
 
 
 def comparison_table(a: Snapshot, b: Snapshot) -> str:
@@ -154,6 +157,6 @@ def comparison_document(a: Snapshot, b: Snapshot) -> str:
     return (f"# Comparison: `{a.campaign}` (A) vs `{b.campaign}` (B)\n\nA: `{a.source}`\n\nB: `{b.source}`\n\n"
             "Serving figures: the median of each level's runs with their min-max; decode-step figures: the mean"
             " over the trace's steps ± its 95% interval. A difference is outside the noise when each campaign's"
-            " figure lies outside the other's interval. The intervals are each campaign's own noise (runs minutes"
+            " figure lies outside the other's interval and the difference is wider than either interval. The intervals are each campaign's own noise (runs minutes"
             " apart, steps of one capture); a host that drifted between the campaigns (other load, clocks,"
             " thermals) is not in them.\n\n" + comparison_table(a, b))
