@@ -1,12 +1,17 @@
-"""Trace analysis speed and memory against HolisticTraceAnalysis 0.5.0, side by side.
+"""Trace analysis speed and memory against HolisticTraceAnalysis 0.5.0, side by side, on two
+JSON layouts of the same events, and one big rank against a typed decoder that only reads it.
 
 Builds 8 rank traces of ~134 MB uncompressed JSON each (real H200 Kineto events from
-tests/data/gpu_decode_trace.json.gz, replicated with shifted timestamps and ids, in Kineto's
-layout), then times in separate processes, each measured the same way (wall time; peak of the
-summed RSS of the process and its children, sampled every 20 ms):
+tests/data/gpu_decode_trace.json.gz, replicated with shifted timestamps and ids) twice: in
+Kineto's layout (one event a block, keys on a line) and compact (the whole file on one line).
+Then times, in separate processes, each measured the same way (wall time; peak of the summed
+RSS of the process and its children, sampled every 20 ms):
   - ours:  tasks.analysis.breakdown.analyze_ranks(..., workers=2)
   - HTA:   TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown()
-usage: python benchmarks/trace_analysis_vs_hta.py [--dir /tmp/orchestrate-hta-bench] [--mb 134] [--ranks 8]
+and, on one rank of --big-gb GB (Kineto layout): ours (one worker) against msgspec decoding the
+file into typed events (ph, cat, name, ts, dur, tid) and nothing else: the cost of reading it.
+usage: python benchmarks/trace_analysis_vs_hta.py [--dir /tmp/orchestrate-hta-bench] [--mb 134]
+       [--ranks 8] [--repeats 3] [--big-gb 1.0]
 """
 
 from __future__ import annotations
@@ -29,9 +34,16 @@ def kineto_event(event: dict) -> str:
     return "  {\n    " + json.dumps(event)[1:-1] + "\n  }"
 
 
-def build(folder: Path, ranks: int, target_mb: int) -> list[Path]:
+def compact_event(event: dict) -> str:
+    return json.dumps(event, separators=(",", ":"))
+
+
+def build(folder: Path, ranks: int, target_mb: float, layout: str = "kineto") -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"rank-{rank}.json" for rank in range(ranks)]
+    compact = layout == "compact"
+    write_event = compact_event if compact else kineto_event
+    between = "," if compact else ",\n"
     if all(p.exists() and p.stat().st_size > target_mb * 0.9e6 for p in paths):
         return paths
     document = json.loads(gzip.decompress(SOURCE.read_bytes()))
@@ -46,8 +58,12 @@ def build(folder: Path, ranks: int, target_mb: int) -> list[Path]:
         header = {k: v for k, v in document.items() if k != "traceEvents"}
         header["distributedInfo"] = {**header.get("distributedInfo", {}), "rank": rank, "world_size": ranks}
         with open(path, "w") as out:
-            out.write("{\n" + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in header.items()
-                                         if k not in ("traceName",)) + ',\n  "traceEvents": [\n')
+            if compact:
+                out.write("{" + ",".join(f'"{k}":{compact_event(v)}' for k, v in header.items()
+                                         if k not in ("traceName",)) + ',"traceEvents":[')
+            else:
+                out.write("{\n" + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in header.items()
+                                             if k not in ("traceName",)) + ',\n  "traceEvents": [\n')
             first = True
             for copy in range(copies):
                 for event in events:
@@ -60,11 +76,12 @@ def build(folder: Path, ranks: int, target_mb: int) -> list[Path]:
                         shifted["args"] = args
                     if "id" in event and isinstance(event["id"], int):
                         shifted["id"] = event["id"] + copy * id_span
-                    out.write(("" if first else ",\n") + kineto_event(shifted))
+                    out.write(("" if first else between) + write_event(shifted))
                     first = False
             for event in meta:
-                out.write(",\n" + kineto_event(event))
-            out.write('\n  ],\n  "traceName": "' + str(path) + '"\n}\n')
+                out.write(between + write_event(event))
+            out.write(('],"traceName":"' if compact else '\n  ],\n  "traceName": "') + str(path)
+                      + ('"}' if compact else '"\n}\n'))
     return paths
 
 
@@ -88,16 +105,7 @@ def measure(code: str) -> tuple[float, float, str]:
     return wall, peak / 1e9, output
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/orchestrate-hta-bench"))
-    parser.add_argument("--mb", type=int, default=134)
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    paths = build(args.dir, args.ranks, args.mb)
-    total_gb = sum(p.stat().st_size for p in paths) / 1e9
-    print(f"{len(paths)} ranks, {total_gb:.2f} GB uncompressed JSON in {args.dir}")
+def compare(paths: list[Path], folder: Path, repeats: int) -> dict[str, tuple[float, float]]:
     ours_code = (
         "import json; from pathlib import Path; from tasks.analysis.breakdown import analyze_ranks;"
         f" r = analyze_ranks({{i: Path(p) for i, p in enumerate({[str(p) for p in paths]!r})}}, workers=2);"
@@ -105,23 +113,58 @@ def main() -> None:
     hta_code = (
         "import logging; logging.disable(logging.CRITICAL);"
         "from hta.trace_analysis import TraceAnalysis;"
-        f" a = TraceAnalysis(trace_dir={str(args.dir)!r}); k, d = a.get_gpu_kernel_breakdown(visualize=False);"
+        f" a = TraceAnalysis(trace_dir={str(folder)!r}); k, d = a.get_gpu_kernel_breakdown(visualize=False);"
         " print(k.to_string()[:400])")
-    rows = {"ours": [], "HTA 0.5.0": []}
-    for _ in range(args.repeats):
-        rows["ours"].append(measure(ours_code))
-        rows["HTA 0.5.0"].append(measure(hta_code))
-    print(f"{'tool':10} {'wall s (median)':>16} {'peak RSS GB (median)':>21}  runs")
+    return table({"ours": ours_code, "HTA 0.5.0": hta_code}, repeats)
+
+
+def table(codes: dict[str, str], repeats: int) -> dict[str, tuple[float, float]]:
     import statistics
+
+    rows: dict[str, list] = {tool: [] for tool in codes}
+    for _ in range(repeats):
+        for tool, code in codes.items():
+            rows[tool].append(measure(code))
+    print(f"{'tool':12} {'wall s (median)':>16} {'peak RSS GB (median)':>21}  runs")
     medians = {}
     for tool, runs in rows.items():
         wall = statistics.median(r[0] for r in runs)
         peak = statistics.median(r[1] for r in runs)
         medians[tool] = (wall, peak)
-        print(f"{tool:10} {wall:16.2f} {peak:21.3f}  " + ", ".join(f"{r[0]:.1f}s/{r[1]:.2f}GB" for r in runs))
-    ours, hta = medians["ours"], medians["HTA 0.5.0"]
-    print(f"speed-up {hta[0] / ours[0]:.1f}x (target >= 15x); memory {ours[1] / hta[1] * 100:.0f}% of HTA's (target <= 50%)")
-    print("ours:", rows["ours"][0][2].strip().splitlines()[-1])
+        print(f"{tool:12} {wall:16.2f} {peak:21.3f}  " + ", ".join(f"{r[0]:.1f}s/{r[1]:.2f}GB" for r in runs)
+              + f"  -> {runs[0][2].strip().splitlines()[-1][:100] if runs[0][2].strip() else ''}")
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/orchestrate-hta-bench"))
+    parser.add_argument("--mb", type=int, default=134)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--big-gb", type=float, default=1.0)
+    args = parser.parse_args()
+    summary = []
+    for layout in ("kineto", "compact"):
+        folder = args.dir / layout
+        paths = build(folder, args.ranks, args.mb, layout)
+        total_gb = sum(p.stat().st_size for p in paths) / 1e9
+        print(f"\n== {layout} layout: {len(paths)} ranks, {total_gb:.2f} GB uncompressed JSON in {folder}")
+        medians = compare(paths, folder, args.repeats)
+        ours, hta = medians["ours"], medians["HTA 0.5.0"]
+        summary.append(f"{layout:8} speed-up {hta[0] / ours[0]:5.1f}x (target >= 30x); memory"
+                       f" {ours[1] / hta[1] * 100:3.0f}% of HTA's (target <= 25%)")
+    if args.big_gb:
+        [big] = build(args.dir / "big", 1, args.big_gb * 1000)
+        print(f"\n== one rank of {big.stat().st_size / 1e9:.2f} GB (Kineto layout)")
+        decoder = ("import msgspec; from pathlib import Path; from tasks.analysis.trace_reader import Whole;"
+                   f" d = msgspec.json.decode(Path({str(big)!r}).read_bytes(), type=Whole); print(len(d.traceEvents))")
+        ours_one = ("from pathlib import Path; from tasks.analysis.breakdown import analyze_trace, Classifier;"
+                    f" r = analyze_trace(Path({str(big)!r}), Classifier()); print(r['decode_steps'])")
+        medians = table({"typed read": decoder, "ours": ours_one}, args.repeats)
+        summary.append(f"1 rank   ours / typed read = {medians['ours'][0] / medians['typed read'][0]:.2f}x the"
+                       f" time (target <= 2x); peak {medians['ours'][1]:.2f} GB vs {medians['typed read'][1]:.2f} GB")
+    print("\n" + "\n".join(summary))
 
 
 if __name__ == "__main__":

@@ -57,9 +57,11 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
         from tasks.registry import UNITS
 
         units = UNITS
+    from tasks.analysis.analyze_command import ANALYZE
     from tasks.synthesis.compare_command import COMPARE
 
-    return cli.main(argv, opener(units), description=__doc__.splitlines()[0], extra={"compare": COMPARE})
+    return cli.main(argv, opener(units), description=__doc__.splitlines()[0],
+                    extra={"compare": COMPARE, "analyze": ANALYZE})
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InputError
-from tasks.analysis.trace_reader import read_columns
+from tasks.analysis.step_markers import StepMarker, step_marker
+from tasks.analysis.trace_reader import Columns, read_columns
 
 RULES_PATH = Path(__file__).with_name("rules.toml")
-STEP = re.compile(r"execute_context_(\d+)\((\d+)\)_generation_(\d+)\((\d+)\)")
 OTHER = "other"
 
 
@@ -58,34 +58,39 @@ class Classifier:
         return category
 
 
-def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> dict[str, Any]:
-    """One rank's decode-step breakdown (per category calls, µs a call, ms a step, share), with
-    prefill and mixed steps broken down beside it."""
-    columns = read_columns(path)
+def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0,
+                  marker: StepMarker | None = None) -> dict[str, Any]:
+    """One rank's step breakdown (per category calls, µs a call, ms a step, share): decode
+    steps at the top level (or, with none, the steps the marker found, or the whole trace),
+    the other kinds of step broken down beside them."""
+    return analyze_columns(read_columns(path), classify, str(path), fallback_rank, marker or step_marker())
+
+
+def analyze_columns(columns: Columns, classify: Classifier, source: str, fallback_rank: int = 0,
+                    marker: StepMarker | None = None) -> dict[str, Any]:
+    marker = marker or step_marker()
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
+    marked = [(cat, name, ts, dur, tid) for cat, name, ts, dur, tid in columns.steps if marker.matches(name)]
     wanted = "gpu_user_annotation" if kind == "gpu" and any(
-        cat == "gpu_user_annotation" for cat, *_ in columns.steps) else "user_annotation"
-    steps = merge_stream_ranges(sorted(((ts, dur, name, tid) for cat, name, ts, dur, tid in columns.steps
+        cat == "gpu_user_annotation" for cat, *_ in marked) else "user_annotation"
+    steps = merge_stream_ranges(sorted(((ts, dur, name, tid) for cat, name, ts, dur, tid in marked
                                         if cat == wanted), key=lambda step: (step[0], -step[1])))
+    note = None
     if not steps:
-        raise InputError(f"{path}: no vLLM step annotations (execute_context_..._generation_...);"
-                         " was it captured through vLLM's /start_profile?")
+        steps = [_whole_trace(columns, kind, source)]
+        note = (f"no step annotations matching the `{marker.spec}` marker: the whole trace is one window"
+                " (choose another with --step-marker)")
     starts = np.array([ts for ts, _, _ in steps])
     ends = starts + np.array([dur for _, dur, _ in steps])
-    # Each step's kind from its annotation: decode (no prefill tokens), prefill (no decode
-    # tokens) or mixed (vLLM batches both); an unparsed name is none of them.
-    kinds = np.full(len(steps), "", dtype=object)
-    prefill_tokens = np.zeros(len(steps))
-    decode_tokens = np.zeros(len(steps))
-    for index, (_, _, name) in enumerate(steps):
-        if match := STEP.search(name):
-            context, generation = int(match[2]), int(match[4])
-            decode_tokens[index] = generation
-            kinds[index] = ("decode" if context == 0 and generation > 0 else
-                            "prefill" if generation == 0 and context > 0 else "mixed" if context else "")
-            prefill_tokens[index] = context
+    # Each step's kind from its annotation: decode, prefill, mixed (vLLM batches both), or
+    # 'step' where the marker does not say.
+    parsed = [marker.kind(name) for _, _, name in steps]
+    kinds = np.array([k for k, _, _ in parsed], dtype=object)
+    prefill_tokens = np.array([p for _, p, _ in parsed])
+    decode_tokens = np.array([d for _, _, d in parsed])
+    primary = next(k for k in ("decode", "step", "prefill", "mixed") if (kinds == k).any())
     if kind == "gpu":
         ts, dur, name_ids = columns.arrays("device")
         busy = dur
@@ -96,30 +101,44 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0) -> d
     inside[inside] &= ts[inside] <= ends[step_of[inside]]
     events = (ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside])
     category_of_name = [classify(name) for name in columns.names]
+    present = [k for k in ("decode", "step", "prefill", "mixed") if (kinds == k).any()]
     figures = {step_kind: _figures(kinds == step_kind, events, starts, ends, columns.names,
                                    category_of_name, classify.categories)
-               for step_kind in ("decode", "prefill", "mixed")}
-    decode = figures["decode"]
-    decode["gemm_sequence"] = _gemm_sequence(kinds == "decode", events, columns.names, category_of_name)
-    decode["between_steps"] = _between_steps(kinds == "decode", ts, dur, name_ids, step_of, inside, starts,
-                                             columns.names, category_of_name)
+               for step_kind in present}
+    top = figures[primary]
+    top["gemm_sequence"] = _gemm_sequence(kinds == primary, events, columns.names, category_of_name)
+    top["between_steps"] = _between_steps(kinds == primary, ts, dur, name_ids, step_of, inside, starts,
+                                          columns.names, category_of_name)
     others = {}
-    for step_kind in ("prefill", "mixed"):
+    for step_kind in present:
         chosen = kinds == step_kind
-        if chosen.any():
+        if step_kind != primary:
             other = figures[step_kind]
             others[step_kind] = {
                 "steps": int(chosen.sum()), "prefill_tokens_per_step": float(prefill_tokens[chosen].mean()),
                 **{key: other[key] for key in ("device_ms_per_step", "busy_union_ms_per_step",
                                                "wall_ms_per_step", "categories")},
                 "top_kernels": other["top_kernels"][:5]}
-    is_decode = kinds == "decode"
+    chosen = kinds == primary
+    if primary != "decode" and note is None:
+        note = (f"no decode steps: the top-level figures are the {int(chosen.sum())} {primary} steps"
+                if primary in ("prefill", "mixed") else
+                f"the `{marker.spec}` marker does not say prefill or decode: the figures cover every marked step")
     return {
-        "rank": rank, "kind": kind, "decode_steps": int(is_decode.sum()),
-        "decode_tokens_per_step": float(decode_tokens[is_decode].mean()) if is_decode.any() else 0.0,
+        "rank": rank, "kind": kind, "decode_steps": int(chosen.sum()), "steps_kind": primary,
+        "step_marker": marker.spec, "note": note,
+        "decode_tokens_per_step": float(decode_tokens[chosen].mean()),
         "prefill_steps": int((kinds == "prefill").sum()), "mixed_steps": int((kinds == "mixed").sum()),
-        **decode, "other_steps": others, "trace": str(path),
+        **top, "other_steps": others, "trace": source,
     }
+
+
+def _whole_trace(columns: Columns, kind: str, source: str) -> tuple[float, float, str]:
+    ts, dur, _ = columns.arrays("device" if kind == "gpu" else "cpu")
+    if not len(ts):
+        raise InputError(f"{source}: no device or CPU op events to break down; is it a torch.profiler trace?")
+    start = float(ts.min())
+    return start, float((ts + dur).max()) - start, "whole trace"
 
 
 def merge_stream_ranges(ranges: list[tuple[float, float, str, int | str]]) -> list[tuple[float, float, str]]:
@@ -219,7 +238,7 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
     comm_name = np.array([category == "communication" for category in category_of_name] or [False], dtype=bool)
     is_comm = comm_name[name_ids]
     comm_per_step = np.bincount(step_of[is_comm], minlength=len(starts))[chosen]
-    top = np.argsort(-name_us)[:15]
+    top = np.argsort(-name_us, kind="stable")[:15]
     step_device_us = np.bincount(step_of, weights=dur, minlength=len(starts))[chosen_steps]
     return {
         "device_ms_per_step": device_us / 1000 / per_step,
@@ -238,7 +257,7 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
                          "mean_us_per_call": float(name_us[i]) / int(name_calls[i]),
                          "p50_us_per_call": float(np.median(dur[name_ids == i]))}
                         for i in top if name_calls[i]],
-        "unmatched_names": [names[i] for i in np.argsort(-name_calls)
+        "unmatched_names": [names[i] for i in np.argsort(-name_calls, kind="stable")
                             if name_calls[i] and category_of_name[i] == OTHER][:20],
     }
 
@@ -303,14 +322,16 @@ def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
     return total
 
 
-def _analyze_one(args: tuple[str, int, str]) -> dict[str, Any]:
-    path, rank, rules = args
-    return analyze_trace(Path(path), Classifier(Path(rules)), rank)
+def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
+    path, rank, rules, marker = args
+    return analyze_trace(Path(path), Classifier(Path(rules)), rank, step_marker(marker))
 
 
-def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers: int = 1) -> dict[str, Any]:
+def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers: int = 1,
+                  marker: str = "vllm") -> dict[str, Any]:
     """Every rank's breakdown, the cross-rank summary and imbalance."""
-    jobs = [(str(path), rank, str(rules_path)) for rank, path in sorted(paths.items())]
+    step_marker(marker)  # a bad pattern is one line here, not in a worker
+    jobs = [(str(path), rank, str(rules_path), marker) for rank, path in sorted(paths.items())]
     if workers > 1 and len(jobs) > 1:
         import multiprocessing
 

@@ -64,7 +64,11 @@ class RankBreakdown(Result):
 
     rank: int
     kind: str = Field(description="'gpu' (device events) or 'cpu' (CPU ops)")
-    decode_steps: int
+    decode_steps: int = Field(description="steps in the top-level figures: decode steps unless steps_kind says otherwise")
+    steps_kind: str = Field("decode", description="what the top-level steps are: decode; prefill or mixed"
+                            " when there are no decode steps; 'step' when the marker does not say")
+    step_marker: str = Field("vllm", description="the annotations that marked the steps (--step-marker)")
+    note: str | None = Field(None, description="set when the steps are not the usual decode steps, and why")
     decode_tokens_per_step: float = Field(0.0, description="sequences decoded a step: the GEMMs' M")
     prefill_steps: int
     mixed_steps: int = 0

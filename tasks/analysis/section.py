@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.report import md_table
-from tasks.analysis.results import Breakdown
+from tasks.analysis.results import Breakdown, RankBreakdown
 from tasks.profile.results import CaptureManifest
 from tasks.view import Findings, fmt
 
@@ -25,49 +25,62 @@ def breakdown_section(findings: Findings) -> str:
              " every category of the rules file is listed, so shares sum to 100."
              f" Source: {findings.link(analysis.artifact)}.\n\n")
     for rank in analysis.ranks:
-        text += f"### Rank {rank.rank} ({rank.kind}): {rank.decode_steps} decode steps\n\n"
-        if not rank.decode_steps:
-            text += ("**No decode steps in this trace** (" + ", ".join(
-                f"{other.steps} {name}" for name, other in rank.other_steps.items()) + " steps): the"
-                " decode breakdown below is empty; the prefill breakdown follows it.\n\n")
-        text += (f"Sum of device work {rank.device_ms_per_step:.3f} ms a step; union of busy time"
-                 f" {rank.busy_union_ms_per_step:.3f} ms; wall step time {rank.wall_ms_per_step:.3f} ms"
-                 " (a sum above the union means overlap across streams; wall above the union is idle"
-                 f" or unattributed host time). Trace: {findings.link(rank.trace, Path(rank.trace).name)}.\n\n")
-        text += md_table(["category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step", "share %"],
-                         [[name, fmt(c.calls_per_step, 1), fmt(c.mean_us_per_call, 1),
-                           fmt(c.p50_us_per_call, 1), fmt(c.ms_per_step, 3), fmt(c.share_pct, 1)]
-                          for name, c in rank.categories.items()])
-        text += ("\nTop kernels/ops (a mean far above the p50 is a heavy tail: calls that waited, e.g. a"
-                 " collective for a late rank):\n\n") + md_table(
-            ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
-            [[k.name[:90], k.category, fmt(k.calls_per_step, 1), fmt(k.mean_us_per_call, 1),
-              fmt(k.p50_us_per_call, 1), fmt(k.ms_per_step, 3)] for k in rank.top_kernels[:10]])
-        if rank.between_steps and rank.between_steps.device_ms_per_step:
-            between = rank.between_steps
-            text += (f"\nBetween a decode step's annotation and the next step: {between.device_ms_per_step:.3f} ms"
-                     " of device work a step, not in the table above (vLLM 0.26 computes the logits and"
-                     " samples outside `execute_context_...`): " + ", ".join(
-                         f"{name} {figures.ms_per_step:.3f} ms ({figures.calls_per_step:.1f} calls)"
-                         for name, figures in between.categories.items()) + ".\n")
-        for name, other in rank.other_steps.items():
-            text += (f"\n{name.capitalize()} steps: {other.steps}, {other.prefill_tokens_per_step:.0f} prefill"
-                     f" tokens a step, device work {other.device_ms_per_step:.3f} ms a step, wall"
-                     f" {other.wall_ms_per_step:.3f} ms:\n\n")
-            text += md_table(["category", "calls a step", "ms a step", "share %"],
-                             [[c, fmt(v.calls_per_step, 1), fmt(v.ms_per_step, 3), fmt(v.share_pct, 1)]
-                              for c, v in other.categories.items() if v.calls_per_step])
-        if rank.unmatched_names:
-            text += "\nUnmatched names (counted as other; extend the rules): " + ", ".join(
-                f"`{n[:60]}`" for n in rank.unmatched_names[:10]) + "\n"
-        text += "\n"
+        text += rank_section(rank, findings.link(rank.trace, Path(rank.trace).name))
+    text += imbalance_text(analysis)
+    text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
+    return text
+
+
+STEP_WORDS = {"decode": "decode steps", "prefill": "prefill steps", "mixed": "mixed steps",
+              "step": "marked steps"}
+
+
+def rank_section(rank: RankBreakdown, trace_link: str) -> str:
+    """One rank's tables: the top-level steps by category, top kernels, work between steps,
+    the other kinds of step, unmatched names."""
+    text = f"### Rank {rank.rank} ({rank.kind}): {rank.decode_steps} {STEP_WORDS.get(rank.steps_kind, rank.steps_kind)}\n\n"
+    if rank.note:
+        text += f"**Note**: {rank.note}.\n\n"
+    text += (f"Sum of device work {rank.device_ms_per_step:.3f} ms a step; union of busy time"
+             f" {rank.busy_union_ms_per_step:.3f} ms; wall step time {rank.wall_ms_per_step:.3f} ms"
+             " (a sum above the union means overlap across streams; wall above the union is idle"
+             f" or unattributed host time). Trace: {trace_link}.\n\n")
+    text += md_table(["category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step", "share %"],
+                     [[name, fmt(c.calls_per_step, 1), fmt(c.mean_us_per_call, 1),
+                       fmt(c.p50_us_per_call, 1), fmt(c.ms_per_step, 3), fmt(c.share_pct, 1)]
+                      for name, c in rank.categories.items()])
+    text += ("\nTop kernels/ops (a mean far above the p50 is a heavy tail: calls that waited, e.g. a"
+             " collective for a late rank):\n\n") + md_table(
+        ["name", "category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step"],
+        [[k.name[:90], k.category, fmt(k.calls_per_step, 1), fmt(k.mean_us_per_call, 1),
+          fmt(k.p50_us_per_call, 1), fmt(k.ms_per_step, 3)] for k in rank.top_kernels[:10]])
+    if rank.between_steps and rank.between_steps.device_ms_per_step:
+        between = rank.between_steps
+        text += (f"\nBetween a decode step's annotation and the next step: {between.device_ms_per_step:.3f} ms"
+                 " of device work a step, not in the table above (vLLM 0.26 computes the logits and"
+                 " samples outside `execute_context_...`): " + ", ".join(
+                     f"{name} {figures.ms_per_step:.3f} ms ({figures.calls_per_step:.1f} calls)"
+                     for name, figures in between.categories.items()) + ".\n")
+    for name, other in rank.other_steps.items():
+        text += (f"\n{name.capitalize()} steps: {other.steps}, {other.prefill_tokens_per_step:.0f} prefill"
+                 f" tokens a step, device work {other.device_ms_per_step:.3f} ms a step, wall"
+                 f" {other.wall_ms_per_step:.3f} ms:\n\n")
+        text += md_table(["category", "calls a step", "ms a step", "share %"],
+                         [[c, fmt(v.calls_per_step, 1), fmt(v.ms_per_step, 3), fmt(v.share_pct, 1)]
+                          for c, v in other.categories.items() if v.calls_per_step])
+    if rank.unmatched_names:
+        text += "\nUnmatched names (counted as other; extend the rules): " + ", ".join(
+            f"`{n[:60]}`" for n in rank.unmatched_names[:10]) + "\n"
+    text += "\n"
+    return text
+
+
+def imbalance_text(analysis: Breakdown) -> str:
     imbalance = analysis.imbalance
-    text += (f"Rank imbalance: device work a step from {imbalance.device_ms_per_step_min:.3f} to"
+    return (f"Rank imbalance: device work a step from {imbalance.device_ms_per_step_min:.3f} to"
              f" {imbalance.device_ms_per_step_max:.3f} ms; communication share by rank "
              + ", ".join(f"{v:.1f}%" for v in imbalance.communication_share_pct_by_rank)
              + " (a rank that waits longer inside the collective shows a larger share).\n")
-    text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
-    return text
 
 
 def plot_breakdown(analysis: Breakdown, folder: Path) -> str:

@@ -1,10 +1,15 @@
-"""Stream a Chrome/Kineto trace into compact columns without holding its events as objects.
+"""Stream a Chrome/Kineto trace into compact columns, whatever its JSON layout.
 
-Kineto writes one top-level event per `\\n  {` ... `\\n  }` block inside `"traceEvents": [`.
-The file is read (and gunzipped) in blocks; each run of complete events is decoded by msgspec
-into slotted structs, and only the events the analysis uses are kept, as numpy columns with
-names interned once. Memory stays at one block plus the kept columns, whatever the file size.
-A trace in another layout falls back to one typed decode of the whole document.
+The file is read (and gunzipped) in blocks. The `traceEvents` array is cut into runs of whole
+events at candidate boundaries (`}` `,` `{` with any whitespace between), and each run is
+decoded by msgspec as one JSON array of slotted structs. A cut is proven, not assumed: a run
+decodes only when the cut falls between two events of the array (a cut inside an event leaves
+an unbalanced bracket or an open string, a syntax error), and a failed cut is tried at an
+earlier candidate or with more of the file. So any valid JSON layout gives the events a plain
+parser gives (Kineto's, compact, one key a line, keys in any order, the array anywhere in the
+document, or a bare array), memory stays at a few blocks plus the kept columns, and a layout
+no cut fits falls back to one decode of the whole document. What is kept: device work, CPU
+ops, and the annotations that can mark steps, as numpy columns with names interned once.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ import numpy as np
 from orchestrator.errors import InputError
 
 BLOCK_BYTES = 4 << 20
-EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
-RANK = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)')
-BETWEEN_EVENTS = b"\n  },\n  {"
+MAX_PENDING_BYTES = 256 << 20
+"""A run of this many bytes with no provable cut: decode the whole document instead."""
+EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+CANDIDATE_CUT = re.compile(rb"\}\s*,\s*\{")
+ARRAY_END = re.compile(rb"\}\s*\]")
+LEADING_SPACE = re.compile(rb"\s*")
+CUT_TRIES = 16
+RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.I)
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 STEP_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
 
@@ -38,6 +48,10 @@ class Event(msgspec.Struct, gc=False):
     tid: int | str = 0
 
 
+class Metadata(msgspec.Struct):
+    distributedInfo: dict | None = None  # noqa: N815 - the format's name
+
+
 class Whole(msgspec.Struct):
     traceEvents: list[Event] = []  # noqa: N815 - the format's name
     distributedInfo: dict | None = None  # noqa: N815
@@ -45,13 +59,16 @@ class Whole(msgspec.Struct):
 
 EVENTS = msgspec.json.Decoder(list[Event])
 WHOLE = msgspec.json.Decoder(Whole)
+BARE = msgspec.json.Decoder(list[Event])
+METADATA = msgspec.json.Decoder(Metadata)
 
 
 @dataclass
 class Columns:
-    """The events one analysis needs: device work, CPU ops worth keeping, step annotations."""
+    """The events one analysis needs: device work, CPU ops, and annotations (step markers)."""
 
     rank: int | None = None
+    events_seen: int = 0
     names: list[str] = field(default_factory=list)
     _name_index: dict[str, int] = field(default_factory=dict, repr=False)
     device_ts: array = field(default_factory=lambda: array("d"))
@@ -65,26 +82,30 @@ class Columns:
 
     def name_ids(self, names: list[str]) -> list[int]:
         index = self._name_index
-        for name in set(names).difference(index):
-            index[name] = len(self.names)
-            self.names.append(name)
+        # In first-seen order (not a set's, which changes with the hash seed): the same trace
+        # gives the same ids, so sums run in the same order and results are bit-identical.
+        for name in dict.fromkeys(names):
+            if name not in index:
+                index[name] = len(self.names)
+                self.names.append(name)
         return [index[name] for name in names]
 
     def take(self, events: list[Event]) -> None:
         # Comprehensions, not a per-event loop with branches: this runs a million times a rank.
-        device = [e for e in events if e.cat in DEVICE_CATS and e.ph == "X"]
+        self.events_seen += len(events)
+        complete = [e for e in events if e.ph == "X"]
+        device = [e for e in complete if e.cat in DEVICE_CATS]
         if device:
             self.device_ts.extend([e.ts for e in device])
             self.device_dur.extend([e.dur for e in device])
             self.device_name.extend(self.name_ids([e.name for e in device]))
-        cpu = [e for e in events if e.cat == "cpu_op" and e.ph == "X"]
+        cpu = [e for e in complete if e.cat == "cpu_op"]
         if cpu:
             self.cpu_ts.extend([e.ts for e in cpu])
             self.cpu_dur.extend([e.dur for e in cpu])
             self.cpu_name.extend(self.name_ids([e.name for e in cpu]))
             self.cpu_tid.extend([e.tid for e in cpu])
-        self.steps.extend((e.cat, e.name, e.ts, e.dur, e.tid) for e in events
-                          if e.cat in STEP_CATS and e.name.startswith("execute_") and e.ph == "X")
+        self.steps.extend((e.cat, e.name, e.ts, e.dur, e.tid) for e in complete if e.cat in STEP_CATS)
 
     def arrays(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prefix = "device" if which == "device" else "cpu"
@@ -98,97 +119,141 @@ def _bad(path: Path, why: str) -> InputError:
                       " (`orchestrate reset profile_capture`)")
 
 
+def _open(path: Path):  # noqa: ANN202 - a binary file object
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115
+    except OSError as err:
+        raise _bad(path, f"cannot read ({err.strerror or err})") from None
+
+
 def read_columns(path: Path) -> Columns:
     columns = Columns()
     try:
-        opener = gzip.open if path.read_bytes()[:2] == b"\x1f\x8b" else open
-    except OSError as err:
-        raise _bad(path, f"cannot read ({err})") from None
-    try:
-        with opener(path, "rb") as stream:
-            head = stream.read(BLOCK_BYTES)
-            start = EVENTS_START.search(head)
-            if start is None or head[start.end(): start.end() + 4] != b"\n  {":
-                return _whole(path, head + stream.read(), columns)
-            if match := RANK.search(head[: start.start()]):
-                columns.rank = int(match[1])
-            buffer = head[start.end():]
-            while True:
-                block = stream.read(BLOCK_BYTES)
-                cut = buffer.rfind(BETWEEN_EVENTS)
-                if cut >= 0:
-                    _take_block(path, buffer[: cut + 4], columns)
-                    buffer = buffer[cut + 5:]
-                if not block:
-                    break
-                buffer += block
-            end = buffer.rfind(b"\n  ]")
-            if end < 0:
-                raise _bad(path, "the traceEvents array never closes")
-            tail = buffer[:end]
-            if tail.strip():
-                _take_block(path, tail, columns)
-            if columns.rank is None and (match := RANK.search(buffer[end:])):
-                columns.rank = int(match[1])
+        with _open(path) as stream:
+            _stream_events(path, stream, columns)
     except (EOFError, zlib.error, gzip.BadGzipFile) as err:
         raise _bad(path, f"compressed data ends early or is corrupt ({type(err).__name__})") from None
+    except OSError as err:
+        raise _bad(path, f"cannot read ({err.strerror or err})") from None
+    if columns.rank is None and (match := RANK_IN_NAME.search(path.name)):
+        columns.rank = int(match[1])
     return columns
 
 
-WANTED_CATS = DEVICE_CATS | STEP_CATS
-CAT_KEY = b'"cat": "'
-KINETO_EVENT_START = b'\n  {\n    "ph": "'
+class _NoProvableCut(Exception):
+    """The streamed cuts could not be proven: decode the whole document instead."""
 
 
-def _wanted_pattern(cats: frozenset[str]) -> re.Pattern[bytes]:
-    alternatives = b"|".join(re.escape(cat.encode()) for cat in sorted(cats))
-    return re.compile(rb'\n  \{\n    "ph": "X", "cat": "(?:' + alternatives + rb')"')
-
-
-WANTED_GPU = _wanted_pattern(WANTED_CATS)
-WANTED_ANY = _wanted_pattern(WANTED_CATS | {"cpu_op"})
-
-
-def _take_block(path: Path, text: bytes, columns: Columns) -> None:
-    """Decode only the events the analysis can use.
-
-    On a GPU trace most events are CPU ops, runtime calls and flows the breakdown never reads,
-    so finding the wanted ones by their first line (Kineto writes `ph` then `cat`) and decoding
-    only those is several times cheaper than decoding every event. CPU ops are kept while no
-    device event has been seen: a CPU trace needs them, a GPU trace does not. A block in
-    another field order is split event by event instead.
-    """
-    if KINETO_EVENT_START in text[:64]:
-        pattern = WANTED_GPU if columns.device_ts else WANTED_ANY
-        kept = []
-        for match in pattern.finditer(text):
-            kept.append(text[match.start() + 3 : text.find(b"\n  }", match.end()) + 4])
-        if kept:
-            columns.take(_decode(path, b"[" + b",".join(kept) + b"]"))
-        return
-    wanted = WANTED_CATS if columns.device_ts else WANTED_CATS | {"cpu_op"}
-    parts = text.split(b"\n  },\n  {")
-    # Inner text of each event: the first part still has its opening brace, the last its closing one.
-    parts[0] = parts[0][parts[0].find(b"{") + 1 :]
-    parts[-1] = parts[-1][: parts[-1].rstrip().rfind(b"}")]
-    inner = []
-    for part in parts:
-        at = part.find(CAT_KEY)
-        if at >= 0 and part[at + 8 : part.find(b'"', at + 8)].decode() in wanted:
-            inner.append(part)
-    if inner:
-        columns.take(_decode(path, b"[{" + b"},{".join(inner) + b"}]"))
-
-
-def _decode(path: Path, array_text: bytes) -> list[Event]:
+def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN001
+    buffer = stream.read(BLOCK_BYTES)
+    # Where the events array starts: after `"traceEvents": [`, or a bare array document.
+    while True:
+        stripped = buffer.lstrip()
+        if stripped[:1] == b"[":
+            prefix, buffer = b"", stripped[1:]
+            break
+        start = EVENTS_KEY.search(buffer)
+        if start is not None:
+            prefix, buffer = buffer[: start.end() - 1], buffer[start.end():]
+            break
+        block = stream.read(BLOCK_BYTES)
+        if not block or len(buffer) > MAX_PENDING_BYTES:
+            _whole(path, buffer + block + stream.read(), columns)
+            return
+        buffer += block
     try:
-        return EVENTS.decode(array_text)
-    except msgspec.DecodeError as err:
+        trailer = _events_then_trailer(path, stream, buffer, columns)
+    except _NoProvableCut:
+        # Start over with one decode of the document (the columns so far are discarded).
+        columns.__init__()
+        stream.seek(0)
+        _whole(path, stream.read(), columns)
+        return
+    if prefix:
+        # The document without its events must be valid JSON: proves the key was the
+        # top-level `traceEvents` (not text inside a string) and gives the metadata.
+        try:
+            metadata = METADATA.decode(prefix + b"[]" + trailer)
+        except msgspec.DecodeError as err:
+            raise _bad(path, f"not valid JSON around the traceEvents array ({err})") from None
+        info = metadata.distributedInfo or {}
+        if isinstance(info.get("rank"), int):
+            columns.rank = info["rank"]
+    elif trailer.strip():
+        raise _bad(path, "text after the events array")
+
+
+def _events_then_trailer(path: Path, stream, buffer: bytes, columns: Columns) -> bytes:  # noqa: ANN001
+    """Decode the array's events run by run; returns the document after the array's `]`."""
+    at_end = False
+    while True:
+        if not at_end:
+            block = stream.read(BLOCK_BYTES)
+            at_end = not block
+            buffer += block
+        first = LEADING_SPACE.match(buffer).end()
+        if buffer[first: first + 1] == b"]":  # an empty array, or the end right after a cut
+            return buffer[first + 1:]
+        cut = _last_provable_cut(path, buffer, columns)
+        if cut is not None:
+            buffer = buffer[cut:]
+        if at_end:
+            end = _array_end(path, buffer, columns)
+            return buffer[end:]
+        if cut is None and len(buffer) > MAX_PENDING_BYTES:
+            raise _NoProvableCut
+
+
+def _last_provable_cut(path: Path, buffer: bytes, columns: Columns) -> int | None:
+    """Decode the events before the last candidate cut that proves to be between two events;
+    returns where the next event starts, or None (no cut in this buffer yet)."""
+    window = 1 << 16
+    tried = 0
+    while True:
+        low = max(0, len(buffer) - window)
+        for match in reversed(list(CANDIDATE_CUT.finditer(buffer, low))):
+            events = _try_decode(path, buffer[: match.start() + 1])
+            tried += 1
+            if events is not None:
+                columns.take(events)
+                return match.end() - 1
+            if tried >= CUT_TRIES:
+                return None
+        if low == 0:
+            return None
+        window *= 8
+
+
+def _array_end(path: Path, buffer: bytes, columns: Columns) -> int:
+    """At the end of the file: the last events and where the array closes (the first `}]`
+    whose prefix decodes)."""
+    for match in ARRAY_END.finditer(buffer):
+        events = _try_decode(path, buffer[: match.start() + 1])
+        if events is not None:
+            columns.take(events)
+            return match.end()
+    raise _bad(path, "the traceEvents array never closes")
+
+
+def _try_decode(path: Path, run: bytes) -> list[Event] | None:
+    """The events of ``run`` (text from an event's `{` to an event's `}`), or None when the
+    text is not a sequence of whole events (the cut fell inside one). A run that is whole but
+    holds a value of the wrong type is a bad trace, not a bad cut."""
+    try:
+        return EVENTS.decode(b"[" + run + b"]")
+    except msgspec.ValidationError as err:
         raise _bad(path, f"malformed events ({err})") from None
+    except msgspec.DecodeError:
+        return None
 
 
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
+        if data.lstrip()[:1] == b"[":
+            columns.take(BARE.decode(data))
+            return columns
         document = WHOLE.decode(data)
     except msgspec.DecodeError as err:
         raise _bad(path, f"not a Chrome/Kineto trace ({err})") from None

@@ -1,0 +1,122 @@
+"""`orchestrate analyze PATH...`: the step breakdown of any torch.profiler traces, outside a
+campaign (yesterday's capture, a colleague's, another engine's), the same figures a campaign
+stores. Files or folders, gzipped or not; each file's rank from its `distributedInfo`, else its
+name (`rank3...`), else its order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from orchestrator.atomic import write_atomic
+from orchestrator.cli import ExtraCommand
+from orchestrator.errors import InputError
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+
+
+def trace_files(paths: list[Path]) -> list[Path]:
+    """The trace files the arguments name: files as given, folders searched for *.json(.gz)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+            if not inside:
+                raise InputError(f"{path}: no *.json or *.json.gz trace files in this folder; name the traces")
+            found += inside
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise InputError(f"{path}: no such file or folder; name trace files or a folder holding them")
+    return found
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", type=Path, nargs="+", help="trace files (.json or .json.gz) or folders of them")
+    parser.add_argument("--json", action="store_true", help="print the breakdown as the campaign stores it")
+    parser.add_argument("--out", type=Path, help="write analysis.md, breakdown.json and breakdown.png there")
+    parser.add_argument("--step-marker", default="vllm",
+                        help="what marks a step: vllm (default), profiler-step (ProfilerStep#N), sglang, or"
+                             " a regular expression over annotation names (a group named 'kind' saying"
+                             " decode/prefill/mixed gives the step's kind)")
+    parser.add_argument("--rules", type=Path, help="kernel category rules (default: tasks/analysis/rules.toml)")
+    parser.add_argument("--workers", type=int, default=2, help="traces analysed at once (default 2)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tasks.analysis.breakdown import RULES_PATH, analyze_ranks
+    from tasks.analysis.results import Breakdown
+    from tasks.analysis.trace_reader import RANK_IN_NAME
+
+    files = trace_files(args.paths)
+    by_rank: dict[int, Path] = {}
+    for index, path in enumerate(files):
+        match = RANK_IN_NAME.search(path.name)
+        rank = int(match[1]) if match and int(match[1]) not in by_rank else index
+        while rank in by_rank:
+            rank += len(files)
+        by_rank[rank] = path
+    out = args.out
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(f"{out}: is a file; --out names a folder for analysis.md and the plot")
+    artifact = out / "breakdown.json" if out else Path("-")
+    analysis = Breakdown.model_validate({**analyze_ranks(by_rank, args.rules or RULES_PATH, max(1, args.workers),
+                                                         args.step_marker), "artifact": str(artifact)})
+    document = analysis.model_dump(mode="json")
+    if args.json:
+        print(json.dumps(document, indent=1))
+    else:
+        _print_table(analysis)
+    if out is not None:
+        _write(out, analysis, document)
+        if not args.json:
+            print(f"written: {out / 'analysis.md'}, {out / 'breakdown.json'}, {out / 'breakdown.png'}")
+    return 0
+
+
+def _print_table(analysis) -> None:  # noqa: ANN001 - tasks.analysis.results.Breakdown
+    from rich.console import Console
+    from rich.table import Table
+
+    from tasks.analysis.section import STEP_WORDS
+
+    console = Console(width=160)
+    table = Table(title="ms a step (share %) by category")
+    table.add_column("category")
+    for rank in analysis.ranks:
+        table.add_column(f"rank {rank.rank}", justify="right")
+    for category in analysis.ranks[0].categories:
+        table.add_row(category, *(f"{r.categories[category].ms_per_step:.3f} ({r.categories[category].share_pct:.1f})"
+                                  if category in r.categories else "-" for r in analysis.ranks))
+    table.add_row("steps", *(f"{r.decode_steps} {STEP_WORDS.get(r.steps_kind, r.steps_kind)}" for r in analysis.ranks))
+    table.add_row("device ms a step", *(f"{r.device_ms_per_step:.3f}" for r in analysis.ranks))
+    table.add_row("wall ms a step", *(f"{r.wall_ms_per_step:.3f}" for r in analysis.ranks))
+    console.print(table)
+    for rank in analysis.ranks:
+        console.print(f"rank {rank.rank}: {Path(rank.trace).name}" + (f" — note: {rank.note}" if rank.note else ""))
+    imbalance = analysis.imbalance
+    console.print(f"imbalance: device work a step {imbalance.device_ms_per_step_min:.3f} to"
+                  f" {imbalance.device_ms_per_step_max:.3f} ms; communication share by rank "
+                  + ", ".join(f"{v:.1f}%" for v in imbalance.communication_share_pct_by_rank))
+
+
+def _write(out: Path, analysis, document: dict) -> None:  # noqa: ANN001
+    import os
+
+    from tasks.analysis.section import imbalance_text, plot_breakdown, rank_section
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "breakdown.json", json.dumps(document, indent=1).encode())
+    text = ("# Trace analysis\n\nStep breakdown by category (rules: `tasks/analysis/rules.toml`); device work"
+            " is every kernel/memcpy/memset on GPU traces, every rule-matched outermost CPU op on CPU traces.\n\n")
+    for rank in analysis.ranks:
+        text += rank_section(rank, f"[{Path(rank.trace).name}]({os.path.relpath(rank.trace, out)})")
+    text += imbalance_text(analysis) + f"\n![breakdown]({plot_breakdown(analysis, out)})\n"
+    write_atomic(out / "analysis.md", text.encode())
+
+
+ANALYZE = ExtraCommand(help="break down torch.profiler traces (files or folders, any layout) by category per"
+                            " rank, outside a campaign; --json for the stored structure, --out DIR for Markdown"
+                            " and a plot",
+                       arguments=_arguments, run=_run)
