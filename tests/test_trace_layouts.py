@@ -49,9 +49,11 @@ LAYOUTS = {
 
 def _reference(document: dict) -> Columns:
     """What a plain parser gives: every event of the array, through the same filters."""
-    columns = Columns()
-    columns.take(msgspec.convert([{k: e[k] for k in ("ph", "cat", "name", "ts", "dur", "tid") if k in e}
-                                  for e in document["traceEvents"]], list[Event]))
+    events = msgspec.convert([{k: e[k] for k in ("ph", "cat", "name", "ts", "dur", "tid") if k in e}
+                              for e in document["traceEvents"]], list[Event])
+    has_device = any(e.ph == "X" and e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
+    columns = Columns(keep_cpu=not has_device)  # a CPU trace's work is its CPU ops
+    columns.take(events)
     info = document.get("distributedInfo") or {}
     columns.rank = info.get("rank") if isinstance(info.get("rank"), int) else None
     return columns

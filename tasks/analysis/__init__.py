@@ -43,7 +43,7 @@ def _analyzer_digests() -> dict[str, str]:
 
     from tasks.analysis.breakdown import RULES_PATH
 
-    code = b"".join((Path(__file__).parent / name).read_bytes() for name in ("breakdown.py", "trace_reader.py"))
+    code = b"".join((Path(__file__).parent / name).read_bytes() for name in ("breakdown.py", "trace_reader.py", "step_markers.py"))
     return {"rules": hashlib.sha256(RULES_PATH.read_bytes()).hexdigest()[:16],
             "code": hashlib.sha256(code).hexdigest()[:16]}
 

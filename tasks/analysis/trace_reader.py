@@ -37,6 +37,8 @@ CUT_TRIES = 16
 RANK_IN_NAME = re.compile(r"rank[-_.]?(\d+)", re.I)
 DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 STEP_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
+GPU_PASS_CATS = DEVICE_CATS | STEP_CATS
+CPU_PASS_CATS = STEP_CATS | {"cpu_op"}
 
 
 class Event(msgspec.Struct, gc=False):
@@ -67,8 +69,10 @@ METADATA = msgspec.json.Decoder(Metadata)
 class Columns:
     """The events one analysis needs: device work, CPU ops, and annotations (step markers)."""
 
+    keep_cpu: bool = False
+    """CPU ops are kept only on a second pass, for a trace with no device events (a CPU trace):
+    deciding by what the whole file holds keeps the result independent of event order."""
     rank: int | None = None
-    events_seen: int = 0
     names: list[str] = field(default_factory=list)
     _name_index: dict[str, int] = field(default_factory=dict, repr=False)
     device_ts: array = field(default_factory=lambda: array("d"))
@@ -92,20 +96,24 @@ class Columns:
 
     def take(self, events: list[Event]) -> None:
         # Comprehensions, not a per-event loop with branches: this runs a million times a rank.
-        self.events_seen += len(events)
-        complete = [e for e in events if e.ph == "X"]
-        device = [e for e in complete if e.cat in DEVICE_CATS]
+        wanted = self.wanted
+        kept = [e for e in events if e.cat in wanted and e.ph == "X"]
+        device = [e for e in kept if e.cat in DEVICE_CATS]
         if device:
             self.device_ts.extend([e.ts for e in device])
             self.device_dur.extend([e.dur for e in device])
             self.device_name.extend(self.name_ids([e.name for e in device]))
-        cpu = [e for e in complete if e.cat == "cpu_op"]
+        cpu = [e for e in kept if e.cat == "cpu_op"]
         if cpu:
             self.cpu_ts.extend([e.ts for e in cpu])
             self.cpu_dur.extend([e.dur for e in cpu])
             self.cpu_name.extend(self.name_ids([e.name for e in cpu]))
             self.cpu_tid.extend([e.tid for e in cpu])
-        self.steps.extend((e.cat, e.name, e.ts, e.dur, e.tid) for e in complete if e.cat in STEP_CATS)
+        self.steps.extend((e.cat, e.name, e.ts, e.dur, e.tid) for e in kept if e.cat in STEP_CATS)
+
+    @property
+    def wanted(self) -> frozenset[str]:
+        return CPU_PASS_CATS if self.keep_cpu else GPU_PASS_CATS
 
     def arrays(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prefix = "device" if which == "device" else "cpu"
@@ -129,7 +137,15 @@ def _open(path: Path):  # noqa: ANN202 - a binary file object
 
 
 def read_columns(path: Path) -> Columns:
-    columns = Columns()
+    columns = _read(path, Columns())
+    if not columns.device_ts:  # a CPU trace: its CPU ops are the work, read them too
+        columns = _read(path, Columns(keep_cpu=True))
+    if columns.rank is None and (match := RANK_IN_NAME.search(path.name)):
+        columns.rank = int(match[1])
+    return columns
+
+
+def _read(path: Path, columns: Columns) -> Columns:
     try:
         with _open(path) as stream:
             _stream_events(path, stream, columns)
@@ -137,8 +153,6 @@ def read_columns(path: Path) -> Columns:
         raise _bad(path, f"compressed data ends early or is corrupt ({type(err).__name__})") from None
     except OSError as err:
         raise _bad(path, f"cannot read ({err.strerror or err})") from None
-    if columns.rank is None and (match := RANK_IN_NAME.search(path.name)):
-        columns.rank = int(match[1])
     return columns
 
 
@@ -167,7 +181,7 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
         trailer = _events_then_trailer(path, stream, buffer, columns)
     except _NoProvableCut:
         # Start over with one decode of the document (the columns so far are discarded).
-        columns.__init__()
+        columns.__init__(keep_cpu=columns.keep_cpu)
         stream.seek(0)
         _whole(path, stream.read(), columns)
         return
@@ -185,69 +199,78 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
         raise _bad(path, "text after the events array")
 
 
-def _events_then_trailer(path: Path, stream, buffer: bytes, columns: Columns) -> bytes:  # noqa: ANN001
-    """Decode the array's events run by run; returns the document after the array's `]`."""
+def _events_then_trailer(path: Path, stream, text: bytes, columns: Columns) -> bytes:  # noqa: ANN001
+    """Take the array's events run by run; returns the document after the array's `]`.
+
+    The buffer keeps one byte before the current run: the run is decoded in place, with that
+    byte set to `[` and the byte after the run's last `}` set to `]` for the decode."""
+    buffer = bytearray(b"[") + text
     at_end = False
     while True:
         if not at_end:
             block = stream.read(BLOCK_BYTES)
             at_end = not block
             buffer += block
-        first = LEADING_SPACE.match(buffer).end()
+        first = LEADING_SPACE.match(buffer, 1).end()
         if buffer[first: first + 1] == b"]":  # an empty array, or the end right after a cut
-            return buffer[first + 1:]
+            return bytes(buffer[first + 1:])
         cut = _last_provable_cut(path, buffer, columns)
         if cut is not None:
-            buffer = buffer[cut:]
+            del buffer[: cut - 1]
         if at_end:
             end = _array_end(path, buffer, columns)
-            return buffer[end:]
+            return bytes(buffer[end:])
         if cut is None and len(buffer) > MAX_PENDING_BYTES:
             raise _NoProvableCut
 
 
-def _last_provable_cut(path: Path, buffer: bytes, columns: Columns) -> int | None:
-    """Decode the events before the last candidate cut that proves to be between two events;
-    returns where the next event starts, or None (no cut in this buffer yet)."""
+def _last_provable_cut(path: Path, buffer: bytearray, columns: Columns) -> int | None:
+    """Take the events before the last candidate cut that proves to fall between two events;
+    returns where the next event starts, or None (no provable cut in this buffer yet)."""
     window = 1 << 16
     tried = 0
     while True:
-        low = max(0, len(buffer) - window)
+        low = max(1, len(buffer) - window)
         for match in reversed(list(CANDIDATE_CUT.finditer(buffer, low))):
-            events = _try_decode(path, buffer[: match.start() + 1])
             tried += 1
-            if events is not None:
-                columns.take(events)
+            if _take_run(path, buffer, match.start(), columns):
                 return match.end() - 1
             if tried >= CUT_TRIES:
                 return None
-        if low == 0:
+        if low == 1:
             return None
         window *= 8
 
 
-def _array_end(path: Path, buffer: bytes, columns: Columns) -> int:
-    """At the end of the file: the last events and where the array closes (the first `}]`
-    whose prefix decodes)."""
-    for match in ARRAY_END.finditer(buffer):
-        events = _try_decode(path, buffer[: match.start() + 1])
-        if events is not None:
-            columns.take(events)
+def _array_end(path: Path, buffer: bytearray, columns: Columns) -> int:
+    """At the end of the file: the last events, and where the array closes (the first `}]`
+    before which the run proves whole)."""
+    for match in ARRAY_END.finditer(buffer, 1):
+        if _take_run(path, buffer, match.start(), columns):
             return match.end()
     raise _bad(path, "the traceEvents array never closes")
 
 
-def _try_decode(path: Path, run: bytes) -> list[Event] | None:
-    """The events of ``run`` (text from an event's `{` to an event's `}`), or None when the
-    text is not a sequence of whole events (the cut fell inside one). A run that is whole but
-    holds a value of the wrong type is a bad trace, not a bad cut."""
+def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> bool:
+    """Take the events of buffer[1 : last + 1] (from an event's `{` to the `}` at ``last``), or
+    return False when that text is not a sequence of whole events (the cut fell inside one: an
+    open bracket or string is left, a syntax error). A run that is whole but holds a value of
+    the wrong type is a bad trace, not a bad cut. (A fast path keyed to Kineto's first lines was
+    measured here: proving it equal needs a decode of every event's cat, ts and dur, which costs
+    what decoding every event does; so every layout takes this one path.)"""
+    after = buffer[last + 1]
+    buffer[0], buffer[last + 1] = ord("["), ord("]")
     try:
-        return EVENTS.decode(b"[" + run + b"]")
+        with memoryview(buffer)[: last + 2] as view:
+            events = EVENTS.decode(view)
     except msgspec.ValidationError as err:
         raise _bad(path, f"malformed events ({err})") from None
     except msgspec.DecodeError:
-        return None
-
+        return False
+    finally:
+        buffer[last + 1] = after
+    columns.take(events)
+    return True
 
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
