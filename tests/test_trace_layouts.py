@@ -162,3 +162,27 @@ def test_a_file_that_is_not_a_trace_is_one_line(tmp_path: Path) -> None:
     result = run_cli(["analyze", str(tmp_path / "notes.json")], tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "notes.json" in result.stderr
     assert re.search(r"Traceback", result.stderr) is None
+
+
+def test_a_real_torch_profiler_trace_with_profiler_steps(tmp_path: Path) -> None:
+    """A real trace from torch.profiler on this CPU: 3 recorded steps of 4 matmuls each, marked
+    by `prof.step()` (ProfilerStep#N), as a training loop or SGLang's scheduler writes them."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    a = torch.randn(64, 64)
+    trace = tmp_path / "train.pt.trace.json"
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+                 on_trace_ready=lambda done: done.export_chrome_trace(str(trace))) as prof:
+        for _ in range(4):
+            for _ in range(4):
+                torch.mm(a, a)
+            prof.step()
+    marked = run_cli(["analyze", str(trace), "--json", "--step-marker", "profiler-step"], tmp_path, timeout=120)
+    assert marked.returncode == 0, marked.stderr
+    rank = json.loads(marked.stdout)["ranks"][0]
+    assert (rank["steps_kind"], rank["decode_steps"]) == ("step", 3)
+    assert rank["categories"]["gemm"]["calls_per_step"] == 4.0  # aten::mm, outermost, counted per step
+    default = json.loads(run_cli(["analyze", str(trace), "--json"], tmp_path, timeout=120).stdout)["ranks"][0]
+    assert default["decode_steps"] == 1 and "whole trace is one window" in default["note"]
+    assert default["categories"]["gemm"]["calls_per_step"] == 12.0
