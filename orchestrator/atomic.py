@@ -2,6 +2,10 @@
 
 Temp file in the same folder (same filesystem, so rename is atomic), fsync the data, rename,
 fsync the folder so the rename itself survives a power cut.
+
+Modes: 0600 by default (the state file, artifacts and logs may hold host names, paths, prompts
+and server output), 0644 with ``shared=True`` (reports: findings, comparisons, plots' pages,
+meant to be read and passed on).
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, shared: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644 if shared else 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

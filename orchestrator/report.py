@@ -6,6 +6,9 @@ located with markdown-it-py's token map and carried over byte for byte.
 
 from __future__ import annotations
 
+import base64
+import html
+import re
 from pathlib import Path
 
 from markdown_it import MarkdownIt
@@ -77,6 +80,29 @@ def existing_human_notes(document_path: Path) -> str:
     return "".join(lines[start : end if end is not None else len(lines)]).strip("\n") + "\n"
 
 
-def render_html(markdown_text: str) -> str:
+HTML_STYLE = """<style>
+body { font: 15px/1.5 system-ui, sans-serif; max-width: 80rem; margin: 2rem auto; padding: 0 1rem; color: #222; }
+table { border-collapse: collapse; margin: 1rem 0; font-size: 13px; display: block; overflow-x: auto; }
+th, td { border: 1px solid #ccc; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; position: sticky; top: 0; }
+tr:nth-child(even) td { background: #fafafa; }
+code, pre { background: #f5f5f5; font-size: 12px; }
+pre { padding: .5rem; overflow-x: auto; }
+img { max-width: 100%; }
+</style>"""
+
+
+def render_html(markdown_text: str, folder: Path | None = None, title: str = "findings") -> str:
+    """The document as one HTML page: styled tables, and the plots beside it in ``folder``
+    embedded (data URIs), so the page can be mailed or attached alone."""
     body = MarkdownIt("commonmark").enable("table").render(markdown_text)
-    return f"<!doctype html><meta charset='utf-8'><title>findings</title>\n{body}"
+    if folder is not None:
+        def embed(match: re.Match[str]) -> str:
+            image = folder / match[1]
+            if image.suffix != ".png" or not image.is_file() or "/" in match[1]:
+                return match[0]
+            encoded = base64.b64encode(image.read_bytes()).decode()
+            return f'<img src="data:image/png;base64,{encoded}"'
+        body = re.sub(r'<img src="([^"]+)"', embed, body)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"{HTML_STYLE}</head><body>\n{body}</body></html>\n")

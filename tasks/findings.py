@@ -44,6 +44,7 @@ def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
     sections.append("## Tasks\n\n" + task_table(state) + "\n" + timing_summary(state))
     sections.append(f"{HUMAN_NOTES_HEADING}\n\n{notes}")
     text = "\n".join(section for section in sections if section)
-    write_atomic(document_path, text.encode())
-    write_atomic(folder / "findings.html", render_html(text).encode())
+    write_atomic(document_path, text.encode(), shared=True)
+    write_atomic(folder / "findings.html", render_html(text, folder, f"findings: {state.campaign}").encode(),
+                 shared=True)
     return [document_path]

@@ -106,3 +106,24 @@ def test_a_result_that_no_longer_matches_its_model_is_named(tmp_path: Path) -> N
                       host_factory=no_host)
     with pytest.raises(OrchestrateError, match=r"todo 'analysis_breakdown' field 'result\.ranks\.0\."):
         check_stored_results(build_campaign(session, UNITS), load_state(broken), broken)
+
+
+def test_reports_are_readable_by_others_and_the_state_is_not(tmp_path: Path) -> None:
+    import csv
+    import stat
+
+    from orchestrator.statefile import save_state
+
+    assemble(tmp_path)
+    folder = tmp_path / "reports" / "default"
+    for name in ("findings.md", "findings.html", "baseline.json", "serving.csv"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o644, name
+    save_state(tmp_path / "private" / "todo.json", load_state(FIXTURE))
+    assert stat.S_IMODE((tmp_path / "private" / "todo.json").stat().st_mode) == 0o600
+    page = (folder / "findings.html").read_text()
+    assert page.count('src="data:image/png;base64,') == 5 and 'src="breakdown.png"' not in page  # plots inside
+    assert "<style>" in page and "<table>" in page
+    rows = list(csv.DictReader((folder / "serving.csv").open()))
+    state = load_state(FIXTURE).by_id()
+    assert [r["run"] for r in rows] == ["single stream", "c=1", "c=2", "c=4", "c=8"]
+    assert float(rows[0]["tpot_ms_mean"]) == state["macro_single"].result["single_stream"]["tpot_ms"]["mean"]

@@ -107,13 +107,13 @@ def _write(out: Path, analysis, document: dict) -> None:  # noqa: ANN001
     from tasks.analysis.section import imbalance_text, plot_breakdown, rank_section
 
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "breakdown.json", json.dumps(document, indent=1).encode())
+    write_atomic(out / "breakdown.json", json.dumps(document, indent=1).encode(), shared=True)
     text = ("# Trace analysis\n\nStep breakdown by category (rules: `tasks/analysis/rules.toml`); device work"
             " is every kernel/memcpy/memset on GPU traces, every rule-matched outermost CPU op on CPU traces.\n\n")
     for rank in analysis.ranks:
         text += rank_section(rank, f"[{Path(rank.trace).name}]({os.path.relpath(rank.trace, out)})")
     text += imbalance_text(analysis) + f"\n![breakdown]({plot_breakdown(analysis, out)})\n"
-    write_atomic(out / "analysis.md", text.encode())
+    write_atomic(out / "analysis.md", text.encode(), shared=True)
 
 
 ANALYZE = ExtraCommand(help="break down torch.profiler traces (files or folders, any layout) by category per"

@@ -27,6 +27,8 @@ def breakdown_section(findings: Findings) -> str:
     for rank in analysis.ranks:
         text += rank_section(rank, findings.link(rank.trace, Path(rank.trace).name))
     text += imbalance_text(analysis)
+    text += ("\nTo look at a trace: open https://ui.perfetto.dev and drop the `.json.gz` file there (Perfetto"
+             " reads Kineto traces gzipped, in the browser, nothing uploaded), or `chrome://tracing`.\n")
     text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
     return text
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from tasks.macro.metrics import DEFINITIONS
 from tasks.macro.noise import ranges_overlap
@@ -37,6 +38,7 @@ def macro_section(findings: Findings) -> str:
              " (fresh prompts each); the spread column is over the runs' mean TPOT: stable <= 5%, noisy <= 20%,"
              " else unstable.\n\n" + md_table(header, rows))
     text += noise_notes(runs)
+    text += f"\nThe table as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += ("\n**Requests failed** while the server kept answering: " + "; ".join(
@@ -68,6 +70,30 @@ def macro_section(findings: Findings) -> str:
         for name in plot_sweep(sweep.levels, findings):
             text += f"\n![{name}]({name}.png)\n"
     return text
+
+
+CSV_COLUMNS = ("concurrency", "requests", "completed", "failed", "duration_s", "request_throughput_per_s",
+               "output_throughput_tok_per_s")
+
+
+def write_csv(runs: list[tuple[str, LevelSummary]], findings: Findings) -> str:
+    """The serving table unrounded, one row a run, for a spreadsheet."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out)
+    metrics = [(m, p) for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") for p in ("mean", "p50", "p90", "p99")]
+    writer.writerow(["run", *CSV_COLUMNS, *(f"{m}_{p}" for m, p in metrics), "tpot_run_means_low",
+                     "tpot_run_means_high", "tpot_spread_pct", "stalls"])
+    for label, level in runs:
+        tpot = level.noise.tpot_ms_mean if level.noise else None
+        writer.writerow([label, *(getattr(level, c) for c in CSV_COLUMNS),
+                         *(getattr(getattr(level, m), p) for m, p in metrics),
+                         tpot.low if tpot else None, tpot.high if tpot else None,
+                         tpot.spread_pct if tpot else None, level.stalls.count])
+    write_atomic(findings.folder / "serving.csv", out.getvalue().encode(), shared=True)
+    return "serving.csv"
 
 
 def noise_cell(level: LevelSummary) -> str:

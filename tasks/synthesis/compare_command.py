@@ -29,7 +29,7 @@ def _run(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise InputError(f"{out}: is a folder; --out names the comparison's Markdown file")
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, document.encode())
+    write_atomic(out, document.encode(), shared=True)
     print(f"comparison written: {out}")
     return 0
 

@@ -46,7 +46,7 @@ def baseline_section(figures: KeyFigures, findings: Findings, record: list[Optio
     campaign = findings.session.config.campaign
     mine = snapshot(figures, findings.state.campaign, str(findings.session.state_path.absolute()),
                     {o.id: o.gain_ms for o in record}, campaign.applied_option)
-    write_atomic(findings.folder / "baseline.json", mine.model_dump_json(indent=1).encode())
+    write_atomic(findings.folder / "baseline.json", mine.model_dump_json(indent=1).encode(), shared=True)
     text = ("## Baseline\n\nThis campaign's figures with their noise, for a later campaign to compare against:"
             " [baseline.json](baseline.json) (`orchestrate compare A B` takes it, or the todo file).\n")
     if campaign.baseline:
