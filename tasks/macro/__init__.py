@@ -3,6 +3,8 @@ a load client on the host beside the server and cross-checked against vLLM's own
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
 from orchestrator.campaign import TaskSpec
@@ -22,14 +24,24 @@ class MacroSection(Section):
     repeats: int = Field(3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise")
     outlier_pct: float = Field(25.0, gt=0, le=1000, description="a run whose mean TPOT is further than this from"
                                " the median of the runs is measured again, and flagged if it persists")
+    request_rates: list[Annotated[float, Field(gt=0, le=1e6)]] = Field(
+        default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep")
+    burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
+    rate_max_concurrency: int = Field(256, ge=1, le=4096, description="requests in flight at most in a rate level")
+    slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: requests whose TTFT is at most this...")
+    slo_tpot_ms: float | None = Field(None, gt=0, description="... and TPOT at most this ...")
+    slo_e2e_ms: float | None = Field(None, gt=0, description="... and E2E at most this, a second of the run")
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
-    from tasks.macro.action import single_stream, sweep
-    from tasks.macro.results import MacroSingle, MacroSweep
+    from tasks.macro.action import rate_sweep, single_stream, sweep
+    from tasks.macro.results import MacroRates, MacroSingle, MacroSweep
 
     # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
-    macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct"})
+    # SLOs judge the stored per-request latencies when the findings are written: not inputs.
+    macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct", "slo_ttft_ms",
+                                                     "slo_tpot_ms", "slo_e2e_ms", "request_rates", "burstiness",
+                                                     "rate_max_concurrency"})
     return [
         TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
                  "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),
@@ -39,7 +51,12 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         TaskSpec("macro_sweep", "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
                  "macro", sweep(session), depends_on=("macro_single",), needs=("service",),
                  priority=Priority.high, result_model=MacroSweep, inputs={"macro": macro}),
-    ]
+    ] + ([TaskSpec("macro_rates", "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
+                   "macro", rate_sweep(session), depends_on=("macro_sweep",), needs=("service",),
+                   priority=Priority.high, result_model=MacroRates,
+                   inputs={"macro": {**macro, **session.config.macro.model_dump(
+                       include={"request_rates", "burstiness", "rate_max_concurrency"})}})]
+         if session.config.macro.request_rates else [])
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings

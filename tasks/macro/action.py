@@ -12,7 +12,7 @@ from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
 from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
-from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep, Noise, RepeatRun
+from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun
 from tasks.model import ModelFacts
 from tasks.service.launch import served_name, service_pid_path
 from tasks.session import Session
@@ -29,7 +29,7 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
 
 
 def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,
-             seed: int) -> LevelSummary:
+             seed: int, rate: float | None = None) -> LevelSummary:
     """A level: `macro.repeats` runs (the warmup before the first only, fresh prompts in each),
     an outlier run measured again, the kept runs' requests pooled into the level's figures."""
     cfg = session.config.macro
@@ -37,7 +37,7 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
     runs: list[RepeatRun] = []
     for index in range(cfg.repeats):
         raw, run = _one_run(session, ctx, concurrency, requests, warmup if index == 0 else 0,
-                            seed + 1000 * index, f"c{concurrency}_r{index + 1}")
+                            seed + 1000 * index, f"{_label(concurrency, rate)}_r{index + 1}", rate)
         raws.append(raw)
         runs.append(run)
     discarded: list[RepeatRun] = []
@@ -45,7 +45,7 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
     for index in outliers([r.tpot_ms_mean for r in runs], cfg.outlier_pct):
         first = runs[index]
         raw, again = _one_run(session, ctx, concurrency, requests, 0, seed + 1000 * (cfg.repeats + index),
-                              f"c{concurrency}_r{index + 1}_again")
+                              f"{_label(concurrency, rate)}_r{index + 1}_again", rate)
         others = [r.tpot_ms_mean for i, r in enumerate(runs) if i != index]
         raws[index], runs[index] = raw, again
         if agrees(again.tpot_ms_mean, others, cfg.outlier_pct):
@@ -57,23 +57,31 @@ def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int
             notes.append(f"flagged: run {index + 1} stayed more than {cfg.outlier_pct:g}% from the other runs'"
                          f" median when measured again ({_ms(first.tpot_ms_mean)}, then {_ms(again.tpot_ms_mean)}"
                          f" ms, against {_ms(statistics.median(v for v in others if v is not None))} ms); kept")
-        ctx.log(f"c={concurrency}: {notes[-1]}")
+        ctx.log(f"{_label(concurrency, rate)}: {notes[-1]}")
     merged = merge_runs(raws)
-    artifact = ctx.artifacts_dir / f"requests_c{concurrency}.json"
+    artifact = ctx.artifacts_dir / f"requests_{_label(concurrency, rate)}.json"
     write_atomic(artifact, json.dumps(merged).encode())
     noise = Noise(runs=runs, discarded=discarded, notes=notes,
                   tpot_ms_mean=spread([r.tpot_ms_mean for r in runs]),
                   ttft_ms_mean=spread([r.ttft_ms_mean for r in runs]),
                   output_throughput_tok_per_s=spread([r.output_throughput_tok_per_s for r in runs]))
-    return LevelSummary.model_validate({**summarize(merged), "artifact": str(artifact), "noise": noise})
+    achieved = [r.achieved_request_rate for r in runs if r.achieved_request_rate is not None]
+    return LevelSummary.model_validate({**summarize(merged), "artifact": str(artifact), "noise": noise,
+                                        "achieved_request_rate": statistics.median(achieved) if achieved else None})
+
+
+def _label(concurrency: int, rate: float | None) -> str:
+    return f"rate{rate:g}" if rate else f"c{concurrency}"
 
 
 def _one_run(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int, seed: int,
-             name: str) -> tuple[dict, RepeatRun]:
+             name: str, rate: float | None = None) -> tuple[dict, RepeatRun]:
     cfg = session.config.macro
     args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
         "--concurrency", str(concurrency), "--requests", str(requests), "--warmup", str(warmup),
         "--seed", str(seed), "--server-pid-file", service_pid_path(session)]
+    if rate:
+        args += ["--request-rate", repr(rate), "--burstiness", repr(cfg.burstiness)]
     raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600)
     artifact = ctx.artifacts_dir / f"requests_{name}.json"
     write_atomic(artifact, json.dumps(raw).encode())
@@ -141,3 +149,21 @@ def sweep(session: Session):
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
+
+
+def rate_sweep(session: Session):
+    """Open-loop levels: each of `macro.request_rates`, arrivals with `macro.burstiness`, at most
+    `macro.rate_max_concurrency` in flight."""
+    def run(ctx: TaskContext) -> MacroRates:
+        cfg = session.config.macro
+        levels = []
+        for rate in cfg.request_rates:
+            requests = max(cfg.requests_per_level, 2)
+            level = run_load(session, ctx, cfg.rate_max_concurrency, requests, warmup=1 if not levels else 0,
+                             seed=500 + len(levels), rate=rate)
+            ctx.log(f"{rate:g} requests/s asked, {_ms(level.achieved_request_rate)} sent: TTFT p50"
+                    f" {_ms(level.ttft_ms.p50)} ms, TPOT mean {_ms(level.tpot_ms.mean)} ms")
+            levels.append(level)
+        return MacroRates(levels=levels, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+
+    return run

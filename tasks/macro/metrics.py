@@ -80,10 +80,32 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "itl_ms": distribution_ms([gap for r in ok for gap in r["itl_s"]]),
         "e2e_ms": distribution_ms([r["e2e_s"] for r in ok]),
     }
+    summary["latencies"] = [(r["ttft_s"] * 1000, None if (t := tpot_s(r)) is None else t * 1000, r["e2e_s"] * 1000)
+                            for r in ok]
+    summary["request_rate"], summary["burstiness"] = run.get("request_rate"), run.get("burstiness")
+    summary["achieved_request_rate"] = achieved_rate(records) if run.get("request_rate") else None
     summary["stalls"] = delivery_stalls(ok, summary["itl_ms"].get("p50"))
     summary["scheduling"] = run.get("scheduling")
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
     return summary
+
+
+def achieved_rate(records: list[dict[str, Any]]) -> float | None:
+    """Requests a second as sent: (sent - 1) over the span from the first send to the last."""
+    sent = sorted(r["sent_s"] for r in records if r.get("sent_s") is not None)
+    if len(sent) < 2 or sent[-1] <= sent[0]:
+        return None
+    return (len(sent) - 1) / (sent[-1] - sent[0])
+
+
+def goodput(latencies: list[tuple[float, float | None, float]], duration_s: float, slo_ttft_ms: float | None,
+            slo_tpot_ms: float | None, slo_e2e_ms: float | None) -> tuple[int, float | None]:
+    """Requests that met every SLO set, and those a second of the run (vLLM bench's goodput). A
+    request with one output token has no TPOT and meets a TPOT SLO."""
+    met = sum(1 for ttft, tpot, e2e in latencies
+              if (slo_ttft_ms is None or ttft <= slo_ttft_ms) and (slo_e2e_ms is None or e2e <= slo_e2e_ms)
+              and (slo_tpot_ms is None or tpot is None or tpot <= slo_tpot_ms))
+    return met, (met / duration_s if duration_s else None)
 
 
 def delivery_stalls(records: list[dict[str, Any]], itl_p50_ms: float | None) -> dict[str, Any]:

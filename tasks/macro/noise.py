@@ -54,6 +54,7 @@ def agrees(value: float | None, others: list[float | None], limit_pct: float) ->
 
 def repeat_run(summary: dict[str, Any], artifact: str, seed: int) -> RepeatRun:
     return RepeatRun(seed=seed, completed=summary["completed"], failed=summary["failed"],
+                     achieved_request_rate=summary["achieved_request_rate"],
                      duration_s=summary["duration_s"], tpot_ms_mean=summary["tpot_ms"].get("mean"),
                      ttft_ms_mean=summary["ttft_ms"].get("mean"),
                      output_throughput_tok_per_s=summary["output_throughput_tok_per_s"], artifact=artifact)
@@ -67,7 +68,8 @@ def merge_runs(raws: list[dict[str, Any]]) -> dict[str, Any]:
             delta[key] = delta.get(key, 0.0) + value
     return {"concurrency": raws[0]["concurrency"], "requests": [r for raw in raws for r in raw["requests"]],
             "duration_s": sum(raw["duration_s"] for raw in raws), "server_metrics_delta": delta,
-            "scheduling": raws[0].get("scheduling")}
+            "scheduling": raws[0].get("scheduling"), "request_rate": raws[0].get("request_rate"),
+            "burstiness": raws[0].get("burstiness")}
 
 
 def ranges_overlap(a: Spread, b: Spread) -> bool | None:

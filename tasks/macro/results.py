@@ -59,6 +59,7 @@ class RepeatRun(Result):
     ttft_ms_mean: float | None
     output_throughput_tok_per_s: float | None
     artifact: str
+    achieved_request_rate: float | None = None
 
 
 class Noise(Result):
@@ -93,6 +94,18 @@ class LevelSummary(Result):
     server: dict[str, ServerMetric] = Field(description="per metric key (ttft_ms, ...): /metrics delta")
     artifact: str
     noise: Noise | None = Field(None, description="the level's repeats; the figures above pool their requests")
+    request_rate: float | None = Field(None, description="open loop: the rate asked, requests a second")
+    burstiness: float | None = None
+    achieved_request_rate: float | None = Field(None, description="(sent - 1) / (last send - first send), each run,"
+                                                " the runs' median")
+    latencies: list[tuple[float, float | None, float]] | None = Field(
+        None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time")
+
+
+class MacroRates(Result):
+    levels: list[LevelSummary]
+    input_tokens: int
+    output_tokens: int
 
 
 class MacroSingle(Result):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
-from tasks.macro.metrics import DEFINITIONS
+from tasks.macro.metrics import DEFINITIONS, goodput
 from tasks.macro.noise import ranges_overlap
-from tasks.macro.results import LevelSummary, MacroSingle, MacroSweep, Stalls
+from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Stalls
 from tasks.view import Findings, fmt
 
 
@@ -38,7 +38,11 @@ def macro_section(findings: Findings) -> str:
              " (fresh prompts each); the spread column is over the runs' mean TPOT: stable <= 5%, noisy <= 20%,"
              " else unstable.\n\n" + md_table(header, rows))
     text += noise_notes(runs)
-    text += f"\nThe table as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
+    rates = findings.result("macro_rates", MacroRates)
+    text += rates_table(rates, findings) if rates else ""
+    runs += [(f"{level.request_rate:g} req/s", level) for level in (rates.levels if rates else [])]
+    text += goodput_table(runs, findings.session.config.macro if findings.session else None)
+    text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += ("\n**Requests failed** while the server kept answering: " + "; ".join(
@@ -72,8 +76,42 @@ def macro_section(findings: Findings) -> str:
     return text
 
 
-CSV_COLUMNS = ("concurrency", "requests", "completed", "failed", "duration_s", "request_throughput_per_s",
-               "output_throughput_tok_per_s")
+CSV_COLUMNS = ("concurrency", "request_rate", "achieved_request_rate", "burstiness", "requests", "completed",
+               "failed", "duration_s", "request_throughput_per_s", "output_throughput_tok_per_s")
+
+
+def rates_table(rates: MacroRates, findings: Findings) -> str:
+    """Open-loop levels: the rate asked and the rate the client sent at (each run's, median)."""
+    rows = [[f"{level.request_rate:g}", fmt(level.achieved_request_rate, 2), fmt(level.burstiness, 2),
+             f"{level.completed}/{level.failed}", fmt(level.request_throughput_per_s), fmt(level.output_throughput_tok_per_s, 1),
+             fmt(level.ttft_ms.p50), fmt(level.ttft_ms.p99), fmt(level.tpot_ms.mean, 3), fmt(level.tpot_ms.p99, 3),
+             fmt(level.e2e_ms.p50, 1), fmt(level.e2e_ms.p99, 1), noise_cell(level), findings.link(level.artifact, "requests")]
+            for level in rates.levels]
+    return ("\nOpen-loop request rates: arrivals due at gamma-distributed gaps (burstiness = the gamma shape, 1 is"
+            " Poisson), scaled so each run asks for exactly the rate; sent = (requests - 1) / (last send - first"
+            " send), the runs' median; a request due while the in-flight cap is reached waits.\n\n"
+            + md_table(["asked req/s", "sent req/s", "burstiness", "ok/failed", "done req/s", "out tok/s", "TTFT p50",
+                        "TTFT p99", "TPOT mean", "TPOT p99", "E2E p50", "E2E p99", "TPOT run means", "source"], rows))
+
+
+def goodput_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # noqa: ANN001 - the [macro] section
+    """Requests meeting every SLO set in [macro], and those a second of the runs (vLLM bench's goodput),
+    from each request's stored latencies: changing an SLO needs no new measurement."""
+    slos = {"TTFT": getattr(macro, "slo_ttft_ms", None), "TPOT": getattr(macro, "slo_tpot_ms", None),
+            "E2E": getattr(macro, "slo_e2e_ms", None)}
+    if not any(slos.values()):
+        return ""
+    rows = []
+    for label, level in runs:
+        if level.latencies is None:
+            rows.append([label, "n/a", "n/a", "n/a"])
+            continue
+        met, per_s = goodput(level.latencies, level.duration_s, slos["TTFT"], slos["TPOT"], slos["E2E"])
+        rows.append([label, f"{met}/{level.completed}", fmt(met / level.completed * 100 if level.completed else None, 1),
+                     fmt(per_s, 2)])
+    said = ", ".join(f"{k} <= {v:g} ms" for k, v in slos.items() if v)
+    return (f"\nGoodput under the SLOs {said} (every one set must hold; a one-token request has no TPOT):\n\n"
+            + md_table(["run", "met / completed", "met %", "goodput req/s"], rows))
 
 
 def write_csv(runs: list[tuple[str, LevelSummary]], findings: Findings) -> str:

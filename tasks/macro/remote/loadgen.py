@@ -7,6 +7,12 @@ output tokens from `usage`. Timing follows vLLM's `vllm bench serve`: a chunk co
 carries `choices`; TTFT is the first such chunk; ITL are the gaps between them; E2E ends at the
 last such chunk (its `latency`), not at `[DONE]`, which is kept apart as `stream_end_s`.
 
+Two load shapes: closed loop (`--concurrency` workers, each sending its next request when the
+last one ends), or open loop (`--request-rate` requests a second, arrival gaps drawn from a
+gamma distribution of shape `--burstiness`, 1 = Poisson, scaled so the run's gaps add up to
+exactly (requests - 1) / rate; `--concurrency` then caps the requests in flight). Each request
+records when it was due and when it was sent.
+
 Also snapshots the server's Prometheus /metrics before and after the run, so the controller can
 compare the client's view with the server's own histograms.
 
@@ -159,6 +165,20 @@ async def stream_request(conn, path, body):
     return record
 
 
+def arrival_times(requests, rate, burstiness, seed):
+    """Offsets (s) at which requests are due: gamma gaps of shape ``burstiness`` (1: Poisson;
+    below 1: burstier), scaled so they add up to (requests - 1) / rate, so the run asks for
+    exactly ``rate`` whatever the draw."""
+    rng = random.Random(seed + 7919)
+    gaps = [rng.gammavariate(burstiness, 1.0 / (rate * burstiness)) for _ in range(max(0, requests - 1))]
+    scale = (len(gaps) / rate) / sum(gaps) if gaps and sum(gaps) > 0 else 1.0
+    times, now = [0.0], 0.0
+    for gap in gaps:
+        now += gap * scale
+        times.append(now)
+    return times[:requests]
+
+
 async def run(args):
     rng = random.Random(args.seed)
     high = max(20, args.vocab - 10)
@@ -191,6 +211,14 @@ async def run(args):
         queue.put_nowait(item)
     records = []
 
+    async def send(conn, item):
+        try:
+            return await stream_request(conn, "/v1/completions", item)
+        except Exception as err:
+            conn.close()
+            return {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None,
+                    "output_tokens": None, "error": f"{type(err).__name__}: {err}"}
+
     async def worker():
         conn = Connection(host, port)
         while True:
@@ -198,19 +226,34 @@ async def run(args):
                 item = queue.get_nowait()
             except asyncio.QueueEmpty:
                 break
-            try:
-                records.append(await stream_request(conn, "/v1/completions", item))
-            except Exception as err:
-                conn.close()
-                records.append({"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None,
-                                "output_tokens": None, "error": f"{type(err).__name__}: {err}"})
+            sent = time.perf_counter() - started
+            record = await send(conn, item)
+            records.append({**record, "sent_s": sent})
         conn.close()
+
+    idle = []
+    in_flight = asyncio.Semaphore(args.concurrency)
+
+    async def arrival(item, due):
+        await asyncio.sleep(max(0.0, started + due - time.perf_counter()))
+        async with in_flight:
+            conn = idle.pop() if idle else Connection(host, port)
+            sent = time.perf_counter() - started
+            record = await send(conn, item)
+            idle.append(conn)
+        records.append({**record, "due_s": due, "sent_s": sent})
 
     base = f"http://{host}:{port}"
     counter = "vllm:e2e_request_latency_seconds_count"
     before = scrape_metrics(base)
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+    if args.request_rate > 0:
+        schedule = arrival_times(len(bodies), args.request_rate, args.burstiness, args.seed)
+        await asyncio.gather(*(arrival(item, due) for item, due in zip(bodies, schedule, strict=True)))
+        for conn in idle:
+            conn.close()
+    else:
+        await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
     # The server records a request's histograms after its stream ends: wait until it has
     # counted every request of this run, so the delta covers exactly this run.
@@ -222,6 +265,7 @@ async def run(args):
         after = scrape_metrics(base)
     delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
     return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
+            "request_rate": args.request_rate or None, "burstiness": args.burstiness if args.request_rate else None,
             "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,
             "server_metrics_delta": delta,
             "server_metrics_error": before.get("error") or after.get("error"),
@@ -235,7 +279,10 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--input-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=1,
+                        help="closed loop: workers; with --request-rate: the most requests in flight")
+    parser.add_argument("--request-rate", type=float, default=0.0, help="open loop, requests a second (0: closed loop)")
+    parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1: Poisson)")
     parser.add_argument("--requests", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--vocab", type=int, default=32000)
