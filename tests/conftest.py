@@ -100,13 +100,14 @@ def pace_server():
     servers = []
 
     def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0,
-              new_session: bool = False, die_after: int = 0, slow_requests: str = "") -> int:
+              new_session: bool = False, die_after: int = 0, slow_requests: str = "", capacity: int = 0) -> int:
         port = free_port()
         process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
                                     str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms),
                                     str(die_after)],
                                    stdout=subprocess.PIPE, text=True, start_new_session=new_session,
-                                   env={**os.environ, "PACE_SLOW": slow_requests})
+                                   env={**os.environ, "PACE_SLOW": slow_requests,
+                                        "PACE_CAPACITY": str(capacity or "")})
         assert process.stdout.readline().strip() == "ready"
         servers.append(process)
         return port

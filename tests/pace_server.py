@@ -11,6 +11,8 @@ stops delivering); TAIL_MS waits between the last token and the usage chunk and 
 DIE_AFTER=n exits the whole process when the (n+1)-th completion request arrives (a server that
 dies mid-benchmark). $PACE_SLOW="3-4,7-8" streams those completion requests (1-based, in arrival
 order) at $PACE_SLOW_FACTOR (default 3) times the pace: a run that is slow for a while.
+$PACE_CAPACITY=n streams at most n requests at a time, the rest wait their turn (a server of known
+capacity: n / (TTFT + (tokens - 1) x pace) requests a second).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import time
 RECORDS: list[dict] = []
 COUNTER = {"n": 0}
 DIE_AFTER = {"n": 0}
+CAPACITY: dict = {}
 
 
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, pace: float,
@@ -69,7 +72,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
             slow = any(int(a) <= COUNTER["n"] <= int(b) for a, _, b in
                        (part.partition("-") for part in filter(None, os.environ.get("PACE_SLOW", "").split(","))))
             factor = float(os.environ.get("PACE_SLOW_FACTOR", "3")) if slow else 1.0
-            await stream(writer, tokens, ttft, pace * factor, stall, tail)
+            async with CAPACITY["slots"]:
+                await stream(writer, tokens, ttft, pace * factor, stall, tail)
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
@@ -108,6 +112,7 @@ async def main() -> None:
     fail_every, stall_ms, tail_ms = (int(sys.argv[4]) if len(sys.argv) > 4 else 0,
                                      *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]))
     DIE_AFTER["n"] = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    CAPACITY["slots"] = asyncio.Semaphore(int(os.environ.get("PACE_CAPACITY") or 1_000_000))
     server = await asyncio.start_server(
         lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every, stall_ms / 1000, tail_ms / 1000),
         "127.0.0.1", port, backlog=1024)

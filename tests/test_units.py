@@ -252,6 +252,30 @@ def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_pa
     assert "| c=1 | 40/40 | 100.0 |" in findings  # the sweep's requests all met it
 
 
+def test_the_slo_search_finds_the_known_capacity_within_one_step(tmp_path: Path, pace_server) -> None:
+    """The fake server streams one request at a time (PACE_CAPACITY=1; a server of known
+    capacity): 5 ms to the first token + 7 x 4 ms = 33 ms a request as written, ~34 ms as the
+    client sees one alone (the first point's E2E p50): ~29 requests a second. Below that, regular
+    arrivals (burstiness 10000: gaps within 1%) never queue and TTFT stays ~5 ms; above it every
+    request waits longer than the last, and TTFT passes the 15 ms SLO."""
+    port = pace_server(ttft_ms=5, pace_ms=4, capacity=1)
+    write_config = paced_campaign(tmp_path, port)
+    write_config(8)
+    config = (tmp_path / "campaign.toml").read_text().replace("requests_per_level = 2", "requests_per_level = 24")
+    (tmp_path / "campaign.toml").write_text(config + "repeats = 1\nburstiness = 10000\nslo_ttft_ms = 15\n"
+                                            "slo_met_pct = 90\nslo_search = true\nslo_search_runs = 6\n"
+                                            "slo_search_start_rate = 4\n")
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    search = load_state(tmp_path / "state" / "todo.json").by_id()["macro_slo_search"].result
+    assert [p["rate"] for p in search["points"]][:4] == [4, 8, 16, 32]  # doubling until one misses
+    capacity = 1000 / search["points"][0]["level"]["e2e_ms"]["p50"]  # one request at a time, alone
+    low, high = search["best_rate"], search["next_missing_rate"]
+    assert low <= capacity * 1.03 and high >= capacity * 0.97 and high - low <= 8, (capacity, search)
+    findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
+    assert f"**{low:g} requests/s** is the highest rate that met them" in findings
+
+
 def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_server) -> None:
     """The fake server exits after the single-stream requests (3 runs of 2; an injected fault): the
     sweep's requests fail, and the sweep must fail, not be recorded as a benchmark."""

@@ -26,22 +26,28 @@ class MacroSection(Section):
                                " the median of the runs is measured again, and flagged if it persists")
     request_rates: list[Annotated[float, Field(gt=0, le=1e6)]] = Field(
         default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep")
-    burstiness: float = Field(1.0, gt=0, le=100, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
+    burstiness: float = Field(1.0, gt=0, le=1e6, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
     rate_max_concurrency: int = Field(256, ge=1, le=4096, description="requests in flight at most in a rate level")
     slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: requests whose TTFT is at most this...")
     slo_tpot_ms: float | None = Field(None, gt=0, description="... and TPOT at most this ...")
     slo_e2e_ms: float | None = Field(None, gt=0, description="... and E2E at most this, a second of the run")
+    slo_search: bool = Field(False, description="search the highest request rate that meets the SLOs")
+    slo_met_pct: float = Field(99.0, gt=0, le=100, description="a rate meets the SLOs when this share of requests does")
+    slo_search_runs: int = Field(8, ge=2, le=50, description="points the search may run (one run each)")
+    slo_search_start_rate: float = Field(1.0, gt=0, le=1e6, description="requests a second the search starts at")
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import rate_sweep, single_stream, sweep
-    from tasks.macro.results import MacroRates, MacroSingle, MacroSweep
+    from tasks.macro.results import MacroRates, MacroSingle, MacroSweep, SloSearch
+    from tasks.macro.slo_search import slo_search
 
     # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
     # SLOs judge the stored per-request latencies when the findings are written: not inputs.
     macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct", "slo_ttft_ms",
                                                      "slo_tpot_ms", "slo_e2e_ms", "request_rates", "burstiness",
-                                                     "rate_max_concurrency"})
+                                                     "rate_max_concurrency", "slo_search", "slo_met_pct",
+                                                     "slo_search_runs", "slo_search_start_rate"})
     return [
         TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
                  "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),
@@ -56,7 +62,14 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                    priority=Priority.high, result_model=MacroRates,
                    inputs={"macro": {**macro, **session.config.macro.model_dump(
                        include={"request_rates", "burstiness", "rate_max_concurrency"})}})]
-         if session.config.macro.request_rates else [])
+         if session.config.macro.request_rates else []) + (
+        [TaskSpec("macro_slo_search", "Search the highest request rate that meets the SLOs (goodput)",
+                  "macro", slo_search(session), depends_on=("macro_sweep",), needs=("service",),
+                  priority=Priority.high, result_model=SloSearch,
+                  inputs={"macro": {**macro, **session.config.macro.model_dump(include={
+                      "burstiness", "rate_max_concurrency", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
+                      "slo_met_pct", "slo_search_runs", "slo_search_start_rate"})}})]
+        if session.config.macro.slo_search else [])
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings

@@ -29,20 +29,20 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
 
 
 def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,
-             seed: int, rate: float | None = None) -> LevelSummary:
+             seed: int, rate: float | None = None, repeats: int | None = None) -> LevelSummary:
     """A level: `macro.repeats` runs (the warmup before the first only, fresh prompts in each),
     an outlier run measured again, the kept runs' requests pooled into the level's figures."""
     cfg = session.config.macro
     raws: list[dict] = []
     runs: list[RepeatRun] = []
-    for index in range(cfg.repeats):
+    for index in range(repeats or cfg.repeats):
         raw, run = _one_run(session, ctx, concurrency, requests, warmup if index == 0 else 0,
                             seed + 1000 * index, f"{_label(concurrency, rate)}_r{index + 1}", rate)
         raws.append(raw)
         runs.append(run)
     discarded: list[RepeatRun] = []
     notes: list[str] = []
-    for index in outliers([r.tpot_ms_mean for r in runs], cfg.outlier_pct):
+    for index in outliers([r.tpot_ms_mean for r in runs], cfg.outlier_pct):  # 3 runs or more
         first = runs[index]
         raw, again = _one_run(session, ctx, concurrency, requests, 0, seed + 1000 * (cfg.repeats + index),
                               f"{_label(concurrency, rate)}_r{index + 1}_again", rate)

@@ -118,3 +118,22 @@ class MacroSweep(Result):
     levels: list[LevelSummary]
     input_tokens: int
     output_tokens: int
+
+
+class SearchPoint(Result):
+    rate: float
+    meets: bool
+    met_pct: float
+    level: LevelSummary
+
+
+class SloSearch(Result):
+    """The SLO search's points in the order run; best_rate: the highest that met the SLOs."""
+
+    points: list[SearchPoint]
+    best_rate: float | None
+    next_missing_rate: float | None = Field(description="the lowest rate above best_rate that missed")
+    slo_met_pct: float
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    slo_e2e_ms: float | None

@@ -6,7 +6,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from tasks.macro.metrics import DEFINITIONS, goodput
 from tasks.macro.noise import ranges_overlap
-from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Stalls
+from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, SloSearch, Stalls
 from tasks.view import Findings, fmt
 
 
@@ -42,6 +42,8 @@ def macro_section(findings: Findings) -> str:
     text += rates_table(rates, findings) if rates else ""
     runs += [(f"{level.request_rate:g} req/s", level) for level in (rates.levels if rates else [])]
     text += goodput_table(runs, findings.session.config.macro if findings.session else None)
+    search = findings.result("macro_slo_search", SloSearch)
+    text += slo_search_table(search) if search else ""
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
@@ -112,6 +114,21 @@ def goodput_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # noqa: 
     said = ", ".join(f"{k} <= {v:g} ms" for k, v in slos.items() if v)
     return (f"\nGoodput under the SLOs {said} (every one set must hold; a one-token request has no TPOT):\n\n"
             + md_table(["run", "met / completed", "met %", "goodput req/s"], rows))
+
+
+def slo_search_table(search: SloSearch) -> str:
+    said = ", ".join(f"{k} <= {v:g} ms" for k, v in (("TTFT", search.slo_ttft_ms), ("TPOT", search.slo_tpot_ms),
+                                                       ("E2E", search.slo_e2e_ms)) if v)
+    rows = [[i, f"{p.rate:g}", fmt(p.level.achieved_request_rate, 2), fmt(p.met_pct, 1),
+             f"{p.level.completed}/{p.level.failed}", fmt(p.level.ttft_ms.p99), fmt(p.level.tpot_ms.p99, 3),
+             "meets" if p.meets else "misses"] for i, p in enumerate(search.points, 1)]
+    best = (f"**{search.best_rate:g} requests/s** is the highest rate that met them"
+            + (f"; {search.next_missing_rate:g} missed, so the capacity lies between (one search step)"
+               if search.next_missing_rate else "; no higher rate was tried") if search.best_rate
+            else "no rate tried met them")
+    return (f"\nSLO search ({said}; a rate meets them when {search.slo_met_pct:g}% of its requests do and none"
+            f" failed; doubling, then bisecting, one run a point): {best}.\n\n"
+            + md_table(["#", "asked req/s", "sent req/s", "met %", "ok/failed", "TTFT p99", "TPOT p99", "verdict"], rows))
 
 
 def write_csv(runs: list[tuple[str, LevelSummary]], findings: Findings) -> str:
