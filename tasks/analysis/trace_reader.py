@@ -61,7 +61,6 @@ class Whole(msgspec.Struct):
 
 EVENTS = msgspec.json.Decoder(list[Event])
 WHOLE = msgspec.json.Decoder(Whole)
-BARE = msgspec.json.Decoder(list[Event])
 METADATA = msgspec.json.Decoder(Metadata)
 
 
@@ -229,9 +228,11 @@ def _last_provable_cut(path: Path, buffer: bytearray, columns: Columns) -> int |
     returns where the next event starts, or None (no provable cut in this buffer yet)."""
     window = 1 << 16
     tried = 0
+    high = len(buffer)  # candidates at or after this were tried with a narrower window
     while True:
         low = max(1, len(buffer) - window)
-        for match in reversed(list(CANDIDATE_CUT.finditer(buffer, low))):
+        found = [m for m in CANDIDATE_CUT.finditer(buffer, low, high + 64) if m.start() < high]
+        for match in reversed(found):
             tried += 1
             if _take_run(path, buffer, match.start(), columns):
                 return match.end() - 1
@@ -239,7 +240,7 @@ def _last_provable_cut(path: Path, buffer: bytearray, columns: Columns) -> int |
                 return None
         if low == 1:
             return None
-        window *= 8
+        high, window = low, window * 8
 
 
 def _array_end(path: Path, buffer: bytearray, columns: Columns) -> int:
@@ -275,7 +276,7 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
         if data.lstrip()[:1] == b"[":
-            columns.take(BARE.decode(data))
+            columns.take(EVENTS.decode(data))
             return columns
         document = WHOLE.decode(data)
     except msgspec.DecodeError as err:

@@ -26,7 +26,6 @@ GPU_MEMORY_USABLE = 0.9
 
 def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str, float | None]:
     """The rules' vocabulary for this campaign: measured figures, then the stated assumptions."""
-    rank0 = figures.rank0
     shapes = figures.model.shapes if figures.model else None
     out: dict[str, float | None] = {
         "tp": figures.tp,
@@ -50,9 +49,6 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
     out["spec_expected_tokens"] = (expected_accepted(rate, int(k)) if k is not None and rate is not None
                                    else None)
-    if rank0 is None:
-        for name in ("comm_ms", "gemm_ms", "attention_ms", "moe_ms"):
-            out[name] = None
     return out
 
 
@@ -130,10 +126,9 @@ def latency_by_implementation(allreduce: AllreduceResult, size: int) -> dict[str
 
 def latency_at(allreduce: AllreduceResult, size: int) -> float | None:
     """The server's implementation's µs at the smallest measured size >= ``size`` (else the largest)."""
-    rows = next((run.vllm_shm_rows or run.rows for run in allreduce.runs
-                 if not run.error and (run.vllm_shm_rows or run.rows)), [])
-    if "shm" not in allreduce.predicted_by:
-        rows = next((run.rows for run in allreduce.runs if not run.error and run.rows), [])
+    shm = "shm" in allreduce.predicted_by
+    rows = next(((run.vllm_shm_rows if shm else run.rows) for run in allreduce.runs
+                 if not run.error and (run.vllm_shm_rows if shm else run.rows)), [])
     ordered = sorted(rows, key=lambda r: r.bytes)
     if not ordered:
         return None
