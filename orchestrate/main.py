@@ -22,8 +22,9 @@ from tasks.session import Session
 from tasks.unit import PhaseUnit
 
 
-def host_for(config: Any) -> Host:
-    """The transport the config asks for: this machine, or SSH (paramiko, known hosts only)."""
+def host_for(config: Any, node: int = 0) -> Host:
+    """The transport the config asks for: this machine, or SSH (paramiko, known hosts only); with
+    `[[nodes]]`, node ``node`` over SSH with `[host]`'s SSH settings where the node sets none."""
     if config.host.kind == "local":
         from orchestrator.hosts.local import LocalHost
 
@@ -31,13 +32,17 @@ def host_for(config: Any) -> Host:
     from orchestrator.hosts.ssh import SSHHost, SSHTarget
 
     cfg = config.host
-    if cfg.identity_file and not Path(cfg.identity_file).expanduser().is_file():
-        raise InputError(f"host.identity_file: {cfg.identity_file} is not a file here; name the private"
+    nodes = getattr(config, "nodes", None) or []
+    target, field = (nodes[node], f"nodes.{node}") if nodes else (cfg, "host")
+    identity = target.identity_file or cfg.identity_file
+    if identity and not Path(identity).expanduser().is_file():
+        where = f"{field}.identity_file" if target.identity_file else "host.identity_file"
+        raise InputError(f"{where}: {identity} is not a file here; name the private"
                          " key SSH should use, or leave it out to use ssh_config and the agent")
-    alias = cfg.alias or cfg.hostname or ""
+    alias = target.alias or target.hostname or ""
     return SSHHost(SSHTarget(
-        alias=alias, hostname=cfg.hostname or alias, port=cfg.port, user=cfg.user,
-        identity_files=[cfg.identity_file] if cfg.identity_file else [],
+        alias=alias, hostname=target.hostname or alias, port=target.port, user=target.user or cfg.user,
+        identity_files=[identity] if identity else [],
         known_hosts=cfg.known_hosts, ssh_config=cfg.ssh_config,
     ))
 
@@ -46,7 +51,8 @@ def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:
     def open_campaign(config_path: Path | None, state_path: Path, reports_dir: Path) -> cli.OpenedCampaign:
         config, source = load_config(config_path, units)
         session = Session(config=config, state_path=state_path, reports_dir=reports_dir,
-                          host_factory=lambda: host_for(config))
+                          host_factory=lambda: host_for(config),
+                          node_host_factory=lambda index: host_for(config, index))
         return cli.OpenedCampaign(build_campaign(session, units), source, session.close)
 
     return open_campaign

@@ -41,6 +41,7 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
     for unit in units:
         if unit.config is not None:
             fields[unit.name] = (unit.config, Field(default_factory=unit.config_default or unit.config))
+        fields |= unit.extra_config or {}
     return create_model("CampaignConfig", __base__=Section, **fields)
 
 
@@ -74,8 +75,9 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
         config = model.model_validate(document)
     except ValidationError as err:
         raise InputError(one_line(err, path, fix)) from None
-    if config.host.kind == "ssh" and not (config.host.alias or config.host.hostname):
+    if config.host.kind == "ssh" and not (config.host.alias or config.host.hostname or getattr(config, "nodes", None)):
         raise InputError(f"{path}: field 'host.alias': required when host.kind = 'ssh'; name the host")
+    check_nodes(config, path)
     service, macro = getattr(config, "service", None), getattr(config, "macro", None)
     if service is not None and macro is not None and service.command is None:
         needed = macro.input_tokens + macro.output_tokens
@@ -84,6 +86,28 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
                              f" macro.input_tokens + macro.output_tokens = {needed}, so vLLM would refuse"
                              " every request; raise it or shorten the requests")
     return config, str(path)
+
+
+def check_nodes(config: Any, path: Path) -> None:
+    """A multi-node campaign's settings that pydantic cannot check alone."""
+    nodes = getattr(config, "nodes", [])
+    if not nodes:
+        return
+    if len(nodes) < 2:
+        raise InputError(f"{path}: field 'nodes': one node is a single host; describe it in [host] instead")
+    if config.host.kind != "ssh":
+        raise InputError(f"{path}: field 'host.kind': nodes are reached over SSH; set host.kind = 'ssh'")
+    for index, node in enumerate(nodes):
+        if not (node.alias or node.hostname):
+            raise InputError(f"{path}: field 'nodes.{index}.alias': required; name the node's SSH host")
+    service = getattr(config, "service", None)
+    if service is not None:
+        if service.tensor_parallel % len(nodes):
+            raise InputError(f"{path}: field 'service.tensor_parallel': {service.tensor_parallel} ranks do not"
+                             f" split evenly over {len(nodes)} nodes; use a multiple of the node count")
+        if service.command is not None:
+            raise InputError(f"{path}: field 'service.command': a custom command cannot be launched on"
+                             " several nodes; leave it out with [[nodes]]")
 
 
 def redacted_env(env: dict[str, str]) -> dict[str, str]:

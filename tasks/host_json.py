@@ -7,20 +7,29 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import TaskFailed, tail_lines
-from tasks.session import Session
+from tasks.session import Node, Session
 
 
 def run_json_script(session: Session, script: Path, args: list[str], timeout_s: float,
-                    env: dict[str, str] | None = None, launcher: list[str] | None = None) -> Any:
-    remote = session.ship(script)
-    argv = (launcher or [session.python]) + [remote, *args]
-    result = session.host().run(argv, timeout_s=timeout_s, env=env)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+                    env: dict[str, str] | None = None, launcher: list[str] | None = None,
+                    node: Node | None = None) -> Any:
+    """Run ``script`` on the host (or on ``node``) and return the last JSON document it printed."""
+    node = node or session.nodes[0]
+    remote = session.ship(script, node)
+    argv = (launcher or [node.python]) + [remote, *args]
+    host = session.node_host(node.index)
+    result = host.run(argv, timeout_s=timeout_s, env=env)
+    return last_json(script.name, host.name, result.stdout, result.stderr)
+
+
+def last_json(script: str, where: str, stdout: str, stderr: str = "") -> Any:
+    """The last line of ``stdout`` that is a JSON document; a clear failure when there is none."""
+    lines = [line for line in stdout.splitlines() if line.startswith("{")]
     if not lines:
-        raise TaskFailed(f"{script.name} on {session.host().name} printed no JSON document",
-                         output_tail=tail_lines(result.stdout + result.stderr, 40))
+        raise TaskFailed(f"{script} on {where} printed no JSON document",
+                         output_tail=tail_lines(stdout + stderr, 40))
     try:
         return json.loads(lines[-1])
     except json.JSONDecodeError as err:
-        raise TaskFailed(f"{script.name} on {session.host().name} printed malformed JSON ({err})",
+        raise TaskFailed(f"{script} on {where} printed malformed JSON ({err})",
                          output_tail=tail_lines(lines[-1], 5)) from None

@@ -10,6 +10,24 @@ from typing import Any
 from orchestrator.hosts.base import Host
 
 
+@dataclass(frozen=True)
+class Node:
+    """One host the server's ranks run on. A single-host campaign has one node: the host."""
+
+    index: int
+    name: str
+    workdir: str
+    python: str
+    ip: str | None = None
+    """The data-plane address (multi-node only)."""
+    interface: str | None = None
+    cpu_bind: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"node {self.index} ({self.name})"
+
+
 @dataclass
 class Session:
     config: Any
@@ -20,8 +38,45 @@ class Session:
     """Builds the transport on first use; the application chooses it (local or SSH)."""
     enabled: frozenset[str] = frozenset()
     """The names of the units this campaign runs (asked for, and what they require)."""
+    node_host_factory: Callable[[int], Host] | None = None
+    """Builds the transport to node N > 0 of a multi-node campaign."""
     _host: Host | None = field(default=None, repr=False)
-    _shipped: set[Path] = field(default_factory=set, repr=False)
+    _node_hosts: dict[int, Host] = field(default_factory=dict, repr=False)
+    _shipped: set[tuple[int, Path]] = field(default_factory=set, repr=False)
+
+    @property
+    def node_configs(self) -> list[Any]:
+        return list(getattr(self.config, "nodes", None) or [])
+
+    @property
+    def multi_node(self) -> bool:
+        return len(self.node_configs) > 1
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every host the server's ranks run on, the head (node 0) first."""
+        if not self.multi_node:
+            host = self.config.host
+            name = host.alias or host.hostname or ("localhost" if host.kind == "local" else "host")
+            return [Node(0, name, self.workdir, self.python)]
+        return [Node(index, node.alias or node.hostname, self._node_workdir(node), self._node_python(node),
+                     node.ip, node.interface, node.cpu_bind) for index, node in enumerate(self.node_configs)]
+
+    def _node_workdir(self, node: Any) -> str:
+        return node.workdir or self.config.host.workdir or "orchestrate-work"
+
+    def _node_python(self, node: Any) -> str:
+        return node.python or self.config.host.python or "python3"
+
+    def node_host(self, index: int) -> Host:
+        """The transport to node ``index`` (0 is the head, ``host()``)."""
+        if index == 0:
+            return self.host()
+        if index not in self._node_hosts:
+            if self.node_host_factory is None:
+                raise RuntimeError("this session has no transport to other nodes")
+            self._node_hosts[index] = self.node_host_factory(index)
+        return self._node_hosts[index]
 
     @property
     def artifacts_dir(self) -> Path:
@@ -30,6 +85,8 @@ class Session:
     @property
     def workdir(self) -> str:
         """Folder on the host for shipped scripts, logs, pid files, models and traces."""
+        if self.multi_node:
+            return self._node_workdir(self.node_configs[0])
         if self.config.host.workdir:
             return self.config.host.workdir
         if self.config.host.kind == "local":
@@ -39,6 +96,8 @@ class Session:
     @property
     def python(self) -> str:
         """The host's python with torch and vLLM; the embedded default uses our own."""
+        if self.multi_node:
+            return self._node_python(self.node_configs[0])
         if self.config.host.python:
             return self.config.host.python
         import sys
@@ -50,15 +109,19 @@ class Session:
             self._host = self.host_factory()
         return self._host
 
-    def ship(self, script: Path) -> str:
-        """Copy a unit's host script to the host once per session; its host path."""
-        remote = f"{self.workdir}/scripts/{script.name}"
-        if script not in self._shipped:
-            self.host().put(script, remote)
-            self._shipped.add(script)
+    def ship(self, script: Path, node: Node | None = None) -> str:
+        """Copy a unit's host script to the host (or ``node``) once per session; its path there."""
+        node = node or self.nodes[0]
+        remote = f"{node.workdir}/scripts/{script.name}"
+        if (node.index, script) not in self._shipped:
+            self.node_host(node.index).put(script, remote)
+            self._shipped.add((node.index, script))
         return remote
 
     def close(self) -> None:
+        for host in self._node_hosts.values():
+            host.close()
+        self._node_hosts.clear()
         if self._host is not None:
             self._host.close()
             self._host = None

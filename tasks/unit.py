@@ -41,6 +41,8 @@ class PhaseUnit:
     config: Any = None
     """The type of its `campaign.toml` section (keyed by ``name``), or None."""
     config_default: Callable[[], Any] | None = None
+    extra_config: dict[str, tuple[Any, Any]] | None = None
+    """Top-level keys it owns besides its section (name -> pydantic field), e.g. `[[nodes]]`."""
     requires: tuple[str, ...] = ()
     """Units that must run too (enabled with it)."""
     needs: Callable[[Session], dict[str, Need]] | None = None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
+from tasks.allreduce.across_nodes import run_across_nodes
 from tasks.allreduce.results import AllreduceResult, AllreduceRun, Prediction
 from tasks.host import HostFacts
 from tasks.host_json import run_json_script
@@ -28,6 +29,23 @@ def message_sizes(hidden: int, decode_tokens: list[int], low: int, high: int) ->
     return model, sorted(set(model) | set(sweep))
 
 
+def standalone(session: Session, ranks: int) -> list[str]:
+    """torchrun on one host. --standalone: a rendezvous on a free port chosen at launch, so a
+    retry never meets the ranks of a killed attempt on a fixed port."""
+    return [session.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks)]
+
+
+def variant_tag(env: dict[str, str]) -> str:
+    return "-".join(env.values()).lower() or "default"
+
+
+def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: str) -> dict:
+    """One run of the bench at the server's layout: on the host, or across every node."""
+    if session.multi_node:
+        return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
+    return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env, launcher=standalone(session, tp))
+
+
 def allreduce_action(session: Session):
     def run(ctx: TaskContext) -> AllreduceResult:
         shapes = ctx.result_of("model_facts", ModelFacts).require_shapes()
@@ -41,26 +59,31 @@ def allreduce_action(session: Session):
             variants += [{"NCCL_ALGO": algo, "NCCL_PROTO": proto}
                          for algo in ("Ring", "Tree") for proto in ("LL", "LL128", "Simple")]
         runs: list[AllreduceRun] = []
+        args = ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)]
+        base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator}
         for env in variants:
-            # --standalone: a rendezvous on a free port chosen at launch, so a retry never meets
-            # the ranks of a killed attempt on a fixed port.
-            launcher = [session.python, "-m", "torch.distributed.run", "--standalone",
-                        "--nproc-per-node", str(tp)]
             try:
-                document = run_json_script(
-                    session, ALLREDUCE_SCRIPT,
-                    ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)],
-                    timeout_s=1800, env={"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator, **env},
-                    launcher=launcher)
+                document = bench(session, args, tp, base_env | env, tag=variant_tag(env))
             except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
                 if not env:
                     raise
                 runs.append(AllreduceRun(env=env, error=str(err)[:300]))
                 continue
-            result = AllreduceRun.model_validate({**document, "env": env})
+            result = AllreduceRun.model_validate({**document, "env": env, "nodes": len(session.nodes)})
             runs.append(result)
             ctx.log(f"{result.backend} {shlex.join(f'{k}={v}' for k, v in env.items()) or 'default'}:"
-                    f" {len(result.rows)} sizes")
+                    f" {len(result.rows)} sizes" + (f" across {len(session.nodes)} nodes" if session.multi_node else ""))
+        intra_node = None
+        if session.multi_node:
+            # The same all-reduce with every rank on the head, beside the layout the server runs:
+            # what crossing the network costs. GPUs: as many ranks as the head has (at least 2).
+            width = tp if host.accelerator == "cpu" else min(tp, host.gpu_count)
+            if width > 1:
+                document = run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=base_env,
+                                           launcher=standalone(session, width))
+                intra_node = AllreduceRun.model_validate({**document, "env": {}, "nodes": 1})
+                ctx.log(f"{intra_node.backend} at {width} ranks within {session.nodes[0].label}:"
+                        f" {len(intra_node.rows)} sizes")
         default = runs[0]
         # Predict with the path the server takes: on CPU that is vLLM's shared-memory all-reduce
         # where the host has it, not gloo.
@@ -80,6 +103,7 @@ def allreduce_action(session: Session):
         write_atomic(artifact, json.dumps([r.model_dump(mode="json") for r in runs], indent=1).encode())
         return AllreduceResult(backend=default.backend or "?", world_size=default.world_size or tp,
                                model_sizes_bytes=model_sizes, runs=runs, predictions=predictions,
+                               nodes=len(session.nodes), intra_node=intra_node,
                                predicted_by=predicted_by,
                                allreduces_per_step_source="2 per layer (attention o_proj, MLP/MoE down)"
                                                           " + 1 (vocab-parallel embedding), from config.json",

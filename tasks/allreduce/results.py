@@ -34,6 +34,7 @@ class AllreduceRun(Result):
     rows: list[AllreduceRow] = Field(default_factory=list)
     vllm_shm_rows: list[AllreduceRow] | None = None
     vllm_shm_unavailable: str | None = None
+    nodes: int = Field(1, description="hosts the ranks were spread over")
 
 
 class Prediction(Result):
@@ -53,3 +54,6 @@ class AllreduceResult(Result):
     predicted_by: str
     allreduces_per_step_source: str
     artifact: str
+    nodes: int = Field(1, description="hosts the server's ranks (and these runs' ranks) span")
+    intra_node: AllreduceRun | None = Field(None, description=(
+        "multi-node: the same all-reduce with every rank on the head, beside the runs across the nodes"))

@@ -17,8 +17,9 @@ def allreduce_section(findings: Findings) -> str:
     if not allreduce:
         return ""
     default = allreduce.runs[0]
+    spans = f" on {allreduce.nodes} nodes, laid out as the server's ranks" if allreduce.nodes > 1 else ""
     text = ("## Phase 2b: all-reduce microbenchmarks at decode sizes\n\n"
-            f"All-reduce across {allreduce.world_size} ranks ({allreduce.backend}, torch.distributed"
+            f"All-reduce across {allreduce.world_size} ranks{spans} ({allreduce.backend}, torch.distributed"
             f" loop; busbw = algbw x 2(n-1)/n). Source: {findings.link(allreduce.artifact)}.\n\n")
     text += md_table(["bytes", "latency µs", "spread", "algbw GB/s", "busbw GB/s"],
                      [[r.bytes, fmt(r.latency_us, 1), spread(r), fmt(r.algbw_gbps, 3), fmt(r.busbw_gbps, 3)]
@@ -34,6 +35,10 @@ def allreduce_section(findings: Findings) -> str:
                          [[r.bytes, fmt(r.latency_us, 1), spread(r), fmt(r.busbw_gbps, 3),
                            fmt(gloo[r.bytes] / r.latency_us, 1) + "x" if r.bytes in gloo else "-"]
                           for r in default.vllm_shm_rows])
+    if default.vllm_shm_unavailable and allreduce.nodes > 1:
+        text += f"\nvLLM's shared-memory all-reduce: not measured ({default.vllm_shm_unavailable}).\n"
+    if allreduce.intra_node:
+        text += across_vs_within(allreduce)
     if len(allreduce.runs) > 1:
         rows = []
         for run in allreduce.runs[1:]:
@@ -52,3 +57,22 @@ def allreduce_section(findings: Findings) -> str:
                             [[p.decode_tokens, p.bytes, fmt(p.latency_us, 1), p.allreduces_per_step,
                               fmt(p.predicted_ms_per_step, 3)] for p in allreduce.predictions]))
     return text
+
+
+def across_vs_within(allreduce: AllreduceResult) -> str:
+    """The runs across the nodes beside the same all-reduce with every rank on the head."""
+    within = allreduce.intra_node
+    assert within is not None
+    plain = {r.bytes: r for r in within.rows}
+    shm = {r.bytes: r for r in within.vllm_shm_rows or []}
+    rows = []
+    for row in allreduce.runs[0].rows:
+        inside = plain.get(row.bytes)
+        rows.append([row.bytes, fmt(row.latency_us, 1), fmt(inside.latency_us, 1) if inside else "-",
+                     fmt(shm[row.bytes].latency_us, 1) if row.bytes in shm else "-",
+                     fmt(row.latency_us / inside.latency_us, 1) + "x" if inside else "-"])
+    headers = ["bytes", f"across {allreduce.nodes} nodes µs", f"within one node µs ({within.backend})",
+               "within one node µs (vLLM shm)", "across / within"]
+    return (f"\nAcross nodes against within one node ({within.world_size} ranks on the head, same sizes and"
+            " loop): what the network between the nodes costs each all-reduce of a decode step.\n\n"
+            + md_table(headers, rows))

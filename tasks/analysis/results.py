@@ -104,3 +104,10 @@ class Breakdown(Result):
     ranks: list[RankBreakdown]
     imbalance: Imbalance
     artifact: str
+    nodes: dict[str, str] = Field(default_factory=dict, description="multi-node: rank -> the node it ran on")
+
+    def ranks_by_node(self) -> dict[str, list[int]]:
+        grouped: dict[str, list[int]] = {}
+        for rank, node in sorted(self.nodes.items(), key=lambda item: int(item[0])):
+            grouped.setdefault(node, []).append(int(rank))
+        return grouped

@@ -24,6 +24,8 @@ def breakdown_section(findings: Findings) -> str:
              " `tasks/analysis/rules.toml` (outermost only). Share = category time / sum of device work;"
              " every category of the rules file is listed, so shares sum to 100."
              f" Source: {findings.link(analysis.artifact)}.\n\n")
+    if analysis.nodes:
+        text += nodes_text(analysis)
     for rank in analysis.ranks:
         text += rank_section(rank, findings.link(rank.trace, Path(rank.trace).name))
     text += imbalance_text(analysis)
@@ -31,6 +33,18 @@ def breakdown_section(findings: Findings) -> str:
              " reads Kineto traces gzipped, in the browser, nothing uploaded), or `chrome://tracing`.\n")
     text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
     return text
+
+
+def nodes_text(analysis: Breakdown) -> str:
+    """Which ranks share a node: a collective between ranks of different nodes crosses the network."""
+    groups = analysis.ranks_by_node()
+    listed = "; ".join(f"{node}: rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+                       for node, ranks in groups.items())
+    shared = [node for node, ranks in groups.items() if len(ranks) > 1]
+    return (f"**Ranks by node** ({len(groups)} nodes): {listed}. Every tensor-parallel all-reduce spans all"
+            " ranks, so each one crosses the network between nodes" +
+            (f"; ranks on one node ({', '.join(shared)}) share its memory and links" if shared else
+             "; no two ranks share a node") + ".\n\n")
 
 
 STEP_WORDS = {"decode": "decode steps", "prefill": "prefill steps", "mixed": "mixed steps",

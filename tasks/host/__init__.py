@@ -34,6 +34,39 @@ class HostSection(Section):
     accelerator: Literal["auto", "cuda", "cpu"] = "auto"
 
 
+class NodeSection(Section):
+    """One host of a multi-node campaign (`[[nodes]]`; node 0 is the head). Reached over SSH with
+    `[host]`'s known_hosts, ssh_config, user and identity_file unless set here."""
+
+    alias: str | None = Field(None, description="SSH alias or host name, looked up in ssh_config")
+    hostname: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    user: str | None = None
+    identity_file: str | None = None
+    ip: str = Field(description="the node's data-plane address: VLLM_HOST_IP, and the head's is the"
+                                " rendezvous address of the server and of torchrun")
+    interface: str = Field(description="the network interface of that address: GLOO_SOCKET_IFNAME and"
+                                       " NCCL_SOCKET_IFNAME (without it gloo may pick 127.0.0.1 and hang)")
+    python: str | None = Field(None, description="this node's python; host.python by default")
+    workdir: str | None = Field(None, description="this node's folder; host.workdir by default")
+    cpu_bind: str | None = Field(None, description="vllm-cpu: VLLM_CPU_OMP_THREADS_BIND for this node's ranks"
+                                                   " (default: its cores split evenly between them)")
+
+
+class NodeFacts(Result):
+    """What one node of a multi-node campaign is (its share of the ranks runs on it)."""
+
+    index: int
+    name: str
+    hostname: str
+    cpu_count: int
+    gpu_count: int
+    gpus: list[str]
+    python: str
+    torch: str
+    vllm: str
+
+
 class HostFacts(Result):
     uname: str
     cpu: str = Field(description="lscpu, first lines")
@@ -48,6 +81,7 @@ class HostFacts(Result):
     torch: str
     vllm: str
     artifact: str
+    nodes: list[NodeFacts] = Field(default_factory=list, description="every node of a multi-node campaign")
 
 
 FACTS_SCRIPT = r"""
@@ -101,19 +135,34 @@ def host_facts(text: str, configured: str, artifact: str) -> HostFacts:
     )
 
 
+def node_facts(index: int, name: str, text: str, configured: str) -> NodeFacts:
+    facts = host_facts(text, configured, "")
+    return NodeFacts(index=index, name=name, hostname=parse_sections(text).get("hostname", "?"),
+                     cpu_count=facts.cpu_count, gpu_count=facts.gpu_count, gpus=facts.gpus,
+                     python=facts.python, torch=facts.torch, vllm=facts.vllm)
+
+
 def host_identity(config: Any) -> dict[str, Any]:
     """The host settings that change which machine (or Python) results come from."""
-    return config.host.model_dump(include={"kind", "alias", "hostname", "port", "user", "workdir",
-                                           "python", "accelerator"})
+    identity = config.host.model_dump(include={"kind", "alias", "hostname", "port", "user", "workdir",
+                                               "python", "accelerator"})
+    nodes = getattr(config, "nodes", [])
+    return identity | ({"nodes": [node.model_dump() for node in nodes]} if nodes else {})
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     def run(ctx: TaskContext) -> HostFacts:
-        script = FACTS_SCRIPT.replace("PY", shlex.quote(session.python))
-        result = session.host().run(script, timeout_s=120)
+        outputs = []
+        for node in session.nodes:
+            script = FACTS_SCRIPT.replace("PY", shlex.quote(node.python)) + 'echo "## hostname"; uname -n\n'
+            outputs.append(session.node_host(node.index).run(script, timeout_s=120).stdout)
         artifact = ctx.artifacts_dir / "host_facts.txt"
-        write_atomic(artifact, result.stdout.encode())
-        return host_facts(result.stdout, session.config.host.accelerator, str(artifact))
+        write_atomic(artifact, "\n".join(outputs).encode())
+        facts = host_facts(outputs[0], session.config.host.accelerator, str(artifact))
+        if session.multi_node:
+            facts.nodes = [node_facts(node.index, node.name, text, session.config.host.accelerator)
+                           for node, text in zip(session.nodes, outputs, strict=True)]
+        return facts
 
     return [TaskSpec("host_facts", "Record host, accelerators, interconnect, driver and versions",
                      "host", run, priority=Priority.high, result_model=HostFacts,
@@ -126,4 +175,6 @@ def _checks(session: Session) -> list:
     return host_checks(session)
 
 
-UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection, checks=_checks)
+UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection, checks=_checks,
+                 extra_config={"nodes": (list[NodeSection], Field(default_factory=list, description=(
+                     "the hosts of a multi-node campaign, head first; empty = the one [host]")))})

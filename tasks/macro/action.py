@@ -100,6 +100,11 @@ def require_live_server(session: Session, failed: int, requests: int, examples: 
     first = (examples or ["?"])[0][:200]
     host = session.host()
     status, _ = host.http_get(session.config.service.port, "/health", timeout_s=5)
+    if status != 200 and session.multi_node:
+        from tasks.service.lifecycle import ServiceLifecycle
+
+        ServiceLifecycle(session).fail_if_node_died(
+            f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
     if status != 200:
         log = f"{session.workdir}/service/vllm.log"
         tail = tail_lines(host.read_text(log, 200_000), 30) if host.run(

@@ -20,7 +20,7 @@ from orchestrator.schema import Priority
 from tasks.host import host_identity
 from tasks.host_json import run_json_script
 from tasks.model.shapes import ModelShapes, model_shapes, quantized_dtype
-from tasks.session import Session
+from tasks.session import Node, Session
 from tasks.unit import PhaseUnit, Result
 
 TINY_MODEL_SCRIPT = Path(__file__).parent / "remote" / "make_tiny_model.py"
@@ -51,8 +51,11 @@ class ModelFacts(Result):
         return self.shapes
 
 
-def model_path(session: Session) -> str:
-    return session.config.service.model or f"{session.workdir}/models/tiny-llama"
+def model_path(session: Session, node: Node | None = None) -> str:
+    """The model's folder on the head (or on ``node``): the configured one, the same path on every
+    node, or the generated tiny model in that node's workdir."""
+    workdir = node.workdir if node is not None else session.workdir
+    return session.config.service.model or f"{workdir}/models/tiny-llama"
 
 
 TOKENIZER_SIZE = (
@@ -86,9 +89,17 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         model = model_path(session)
         generated = session.config.service.model is None
         if generated:
-            document = run_json_script(session, TINY_MODEL_SCRIPT, [model], timeout_s=900)
+            # Every node loads its own copy; the weights are seeded, so the copies are equal.
+            for node in reversed(session.nodes):
+                document = run_json_script(session, TINY_MODEL_SCRIPT, [model_path(session, node)],
+                                           timeout_s=900, node=node)
             config = document["config"]
         else:
+            for node in session.nodes[1:]:
+                where = session.node_host(node.index)
+                if where.run(["test", "-f", f"{model}/config.json"], check=False, timeout_s=60).exit_code:
+                    raise InputError(f"service.model: {model}/config.json is not on {node.label}; every node"
+                                     " loads the model from the same path: copy it there")
             read = host.run(["cat", f"{model}/config.json"], check=False, timeout_s=60)
             if read.exit_code != 0:
                 raise InputError(f"service.model: {model}/config.json cannot be read on {host.name}"

@@ -23,15 +23,17 @@ from tasks.macro.action import LOADGEN_SCRIPT, load_args, require_live_server
 from tasks.macro.metrics import summarize
 from tasks.profile.results import CaptureLoad, CaptureManifest, PendingCapture
 from tasks.service.launch import profiler_dir
-from tasks.session import Session
+from tasks.session import Node, Session
 
 MANIFEST = "manifest.json"
 TRACES_APPEAR_S = 60
 
 
-def list_traces(session: Session) -> dict[str, int]:
-    folder = shlex.quote(profiler_dir(session))
-    out = session.host().run(f"cd {folder} 2>/dev/null && for f in *.pt.trace.json.gz; do "
+def list_traces(session: Session, node: Node | None = None) -> dict[str, int]:
+    """The trace files in the profiler folder of the host (or ``node``): name -> bytes."""
+    node = node or session.nodes[0]
+    folder = shlex.quote(profiler_dir(session, node))
+    out = session.node_host(node.index).run(f"cd {folder} 2>/dev/null && for f in *.pt.trace.json.gz; do "
                              f"[ -e \"$f\" ] && echo \"$(stat -c %s \"$f\") $f\"; done; true",
                              timeout_s=60).stdout
     return {name: int(size) for size, name in (line.split(" ", 1) for line in out.splitlines() if line)}
@@ -51,17 +53,19 @@ def rank_traces(files: dict[str, int], ranks: int) -> dict[int, str]:
     return {rank: found[rank] for rank in range(ranks) if rank in found}
 
 
-def wait_complete(session: Session, names: list[str], deadline_s: float) -> None:
+def wait_complete(session: Session, names: list[str], deadline_s: float, node: Node | None = None) -> None:
     """Each file's size stable across polls and `gzip -t` clean: written to the end."""
-    folder = profiler_dir(session)
+    node = node or session.nodes[0]
+    folder = profiler_dir(session, node)
     deadline = time.monotonic() + deadline_s
     pending = set(names)
     last_sizes: dict[str, int] = {}
     while pending:
-        sizes = list_traces(session)
+        sizes = list_traces(session, node)
         for name in sorted(pending):
             if sizes.get(name) and sizes[name] == last_sizes.get(name):
-                test = session.host().run(["gzip", "-t", f"{folder}/{name}"], check=False, timeout_s=600)
+                test = session.node_host(node.index).run(["gzip", "-t", f"{folder}/{name}"], check=False,
+                                                         timeout_s=600)
                 if test.exit_code == 0:
                     pending.discard(name)
         last_sizes = sizes
@@ -109,10 +113,13 @@ def capture_action(session: Session):
             chosen = capture_on_host(session, ctx, tp, cfg)
             write_atomic(pending_path, chosen.model_dump_json().encode())
         files = {}
-        for _, name in sorted(chosen.ranks.items(), key=lambda item: int(item[0])):
-            session.host().get(f"{profiler_dir(session)}/{name}", local_dir / name)
+        nodes = session.nodes
+        for rank, name in sorted(chosen.ranks.items(), key=lambda item: int(item[0])):
+            node = nodes[chosen.nodes.get(rank, 0)]
+            session.node_host(node.index).get(f"{profiler_dir(session, node)}/{name}", local_dir / name)
             files[name] = (local_dir / name).stat().st_size
-        manifest = CaptureManifest(files=files, ranks=chosen.ranks, stop_profile_s=chosen.stop_profile_s,
+        manifest = CaptureManifest(files=files, ranks=chosen.ranks, nodes=chosen.nodes,
+                                   node_names=chosen.node_names, stop_profile_s=chosen.stop_profile_s,
                                    folder=str(local_dir), load=chosen.load, **settings)
         write_atomic(ctx.artifacts_dir / MANIFEST, manifest.model_dump_json(indent=1).encode())
         pending_path.unlink(missing_ok=True)
@@ -125,7 +132,7 @@ def capture_action(session: Session):
 def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> PendingCapture:  # noqa: ANN001
     host = session.host()
     port = session.config.service.port
-    before = set(list_traces(session))
+    before = {node.index: set(list_traces(session, node)) for node in session.nodes}
     common = load_args(session, ctx, session.config.macro.input_tokens, cfg.output_tokens)
     if cfg.warmup_requests:
         run_json_script(session, LOADGEN_SCRIPT, common + ["--requests", str(cfg.warmup_requests),
@@ -150,39 +157,70 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     summary = summarize(load)
     require_live_server(session, summary["failed"], len(load["requests"]), summary["failure_examples"],
                         "profiled")
+    if session.multi_node:
+        from tasks.service.lifecycle import ServiceLifecycle
+
+        ServiceLifecycle(session).fail_if_node_died("during the capture")
     ranks = await_rank_traces(session, before, tp)
-    wait_complete(session, list(ranks.values()), cfg.stop_timeout_s)
+    for node in session.nodes:
+        wait_complete(session, [name for rank, name in ranks.items() if ranks.nodes[rank] == node.index],
+                      cfg.stop_timeout_s, node)
     return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
+                          nodes={str(rank): index for rank, index in ranks.nodes.items()},
+                          node_names={str(node.index): node.name for node in session.nodes} if session.multi_node else {},
                           stop_profile_s=round(stop_s, 2),
                           load=CaptureLoad(requests=len(load["requests"]), duration_s=load["duration_s"],
                                            concurrency=cfg.concurrency, failed=summary["failed"],
                                            tpot_ms=summary["tpot_ms"]))
 
 
-def await_rank_traces(session: Session, before: set[str], tp: int,
-                      appear_s: float = TRACES_APPEAR_S) -> dict[int, str]:
-    """Every rank's new trace file. `/stop_profile` returns once the traces are written, so
+class RankTraces(dict):
+    """rank -> trace file name, and in ``nodes`` the node each was written on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: dict[int, int] = {}
+
+
+def await_rank_traces(session: Session, before: set[str] | dict[int, set[str]], tp: int,
+                      appear_s: float = TRACES_APPEAR_S) -> RankTraces:
+    """Every rank's new trace file, on whichever node wrote it (each node writes its own
+    ranks' traces in its own folder). `/stop_profile` returns once the traces are written, so
     they appear within seconds: after ``appear_s`` the capture fails, listing what it found.
     A file whose name gives no rank (a naming vLLM has not used before) is asked for the rank
     in its `distributedInfo`."""
+    known = before if isinstance(before, dict) else {0: before}
     deadline = time.monotonic() + appear_s
-    asked: dict[str, int | None] = {}
+    asked: dict[tuple[int, str], int | None] = {}
     while True:
-        new = {name: size for name, size in list_traces(session).items() if name not in before}
-        ranks = rank_traces(new, tp)
-        for name in sorted(new):
-            if name not in ranks.values() and ".async_llm." not in name:
-                if name not in asked:
-                    asked[name] = rank_in_file(session, f"{profiler_dir(session)}/{name}")
-                rank = asked[name]
-                if rank is not None and rank < tp and rank not in ranks:
+        ranks = RankTraces()
+        new_names: list[str] = []
+        for node in session.nodes:
+            new = {name: size for name, size in list_traces(session, node).items()
+                   if name not in known.get(node.index, set())}
+            new_names += sorted(new)
+            by_name = rank_traces(new, tp)
+            for name in sorted(new):
+                if name not in by_name.values() and ".async_llm." not in name:
+                    if (node.index, name) not in asked:
+                        asked[node.index, name] = rank_in_file(session, f"{profiler_dir(session, node)}/{name}", node)
+                    rank = asked[node.index, name]
+                    if rank is not None and rank < tp and rank not in by_name:
+                        by_name[rank] = name
+            for rank, name in by_name.items():
+                if rank not in ranks:
                     ranks[rank] = name
+                    ranks.nodes[rank] = node.index
         if len(ranks) == tp:
-            return dict(sorted(ranks.items()))
+            ordered = RankTraces()
+            for rank in sorted(ranks):
+                ordered[rank] = ranks[rank]
+                ordered.nodes[rank] = ranks.nodes[rank]
+            return ordered
         if time.monotonic() > deadline:
+            folders = ", ".join(profiler_dir(session, node) for node in session.nodes)
             raise TaskFailed(f"/stop_profile returned but after {appear_s:.0f} s only ranks {sorted(ranks)}"
-                             f" of {tp} have a trace in {profiler_dir(session)}; new files there:"
-                             f" {sorted(new) or 'none'}")
+                             f" of {tp} have a trace in {folders}; new files there: {new_names or 'none'}")
         time.sleep(1)
 
 
@@ -194,8 +232,9 @@ RANK_PROBE = (
 )
 
 
-def rank_in_file(session: Session, path: str) -> int | None:
+def rank_in_file(session: Session, path: str, node: Node | None = None) -> int | None:
     """The rank a trace's `distributedInfo` names (read on the host, first 4 MB), or None."""
-    out = session.host().run([session.python, "-c", RANK_PROBE, path], check=False, timeout_s=120)
+    node = node or session.nodes[0]
+    out = session.node_host(node.index).run([node.python, "-c", RANK_PROBE, path], check=False, timeout_s=120)
     text = out.stdout.strip()
     return int(text) if out.exit_code == 0 and text.isdigit() else None

@@ -25,6 +25,8 @@ class PendingCapture(Result):
     these instead of capturing again."""
 
     ranks: dict[str, str] = Field(description="rank -> trace file name on the host")
+    nodes: dict[str, int] = Field(default_factory=dict, description="multi-node: rank -> the node that wrote it")
+    node_names: dict[str, str] = Field(default_factory=dict, description="multi-node: node index -> its name")
     stop_profile_s: float
     load: CaptureLoad | None = None
 

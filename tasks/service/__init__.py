@@ -32,6 +32,8 @@ class ServiceSection(Section):
     max_model_len: int = Field(1024, ge=16, le=1 << 24)
     ready_deadline_s: float = Field(3600, gt=0)
     stop_grace_s: float = Field(60, gt=0)
+    master_port: int = Field(29550, ge=1, le=65535, description=(
+        "multi-node: the port on the head where the nodes' ranks meet (vLLM's --master-port)"))
 
 
 class LoadSummary(Result):
@@ -76,7 +78,8 @@ class ServiceReady(Result):
 def service_identity(config: Any) -> dict[str, Any]:
     """The service settings that change what the server computes (not its port or deadlines);
     environment values as digests, so a token is never written into the todo file."""
-    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env"})
+    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env",
+                                                        "master_port"})
     return identity | {"env": redacted_env(config.service.env)}
 
 
@@ -116,13 +119,13 @@ def _stop(session: Session) -> list[str]:
     from tasks.service.lifecycle import ServiceLifecycle
 
     lifecycle = ServiceLifecycle(session)
-    host = session.host()
-    pid = lifecycle.our_pid()
-    if pid is None:
-        return [f"no server of this campaign runs on {host.name}"]
+    running = [(node, pid) for node, pid in lifecycle.node_pids() if pid is not None]
+    if not running:
+        return [f"no server of this campaign runs on {', '.join(node.name for node in session.nodes)}"]
     lifecycle.ensure_stopped()  # raises unless the census passes: port closed, no pid, GPUs free
-    return [f"stopped the server's process group {pid} on {host.name}: port {session.config.service.port}"
-            " closed, no process of it left, no GPU process or memory held"]
+    return [f"stopped the server's process group {pid} on {node.name}" + (
+        f": port {session.config.service.port} closed" if node.index == 0 else "") +
+        ", no process of it left, no GPU process or memory held" for node, pid in running]
 
 
 UNIT = PhaseUnit(name="service", specs=_specs, config=ServiceSection, requires=("host", "model"),

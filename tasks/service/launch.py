@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.errors import InputError
 from tasks.host import HostFacts
 from tasks.model import model_path
-from tasks.session import Session
+from tasks.session import Node, Session
+
+VLLM_CLI_SCRIPT = Path(__file__).parent / "remote" / "vllm_cli.py"
 
 
 def served_name(session: Session) -> str:
     return session.config.service.served_model_name or model_path(session)
 
 
-def profiler_dir(session: Session) -> str:
-    return f"{session.workdir}/traces"
+def profiler_dir(session: Session, node: Node | None = None) -> str:
+    return f"{(node.workdir if node else session.workdir)}/traces"
 
 
 def uses_profiler(session: Session) -> bool:
@@ -30,9 +33,13 @@ class LaunchPlan:
     launcher: str
 
 
-def service_pid_path(session: Session) -> str:
+def service_pid_path(session: Session, node: Node | None = None) -> str:
     """Where the pid of the server we launched is kept on the host (its process group id)."""
-    return f"{session.workdir}/service/vllm.pid"
+    return f"{(node.workdir if node else session.workdir)}/service/vllm.pid"
+
+
+def service_log_path(session: Session, node: Node | None = None) -> str:
+    return f"{(node.workdir if node else session.workdir)}/service/vllm.log"
 
 
 def cpu_thread_binding(cores: int, ranks: int) -> str:
@@ -46,10 +53,11 @@ def cpu_thread_binding(cores: int, ranks: int) -> str:
     return "|".join(groups)
 
 
-def launch_plan(session: Session, host: HostFacts) -> LaunchPlan:
+def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> LaunchPlan:
+    """How the server starts on the host; with ``node`` (multi-node), that node's part of it."""
     cfg = session.config.service
-    model = model_path(session)
-    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": profiler_dir(session),
+    model = model_path(session, node)
+    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": profiler_dir(session, node),
                            "torch_profiler_with_stack": False})
     launcher = cfg.launcher
     if cfg.command:
@@ -79,4 +87,31 @@ def launch_plan(session: Session, host: HostFacts) -> LaunchPlan:
     else:
         argv = ["vllm", "serve", model, *common]
     env |= cfg.env
+    if node is not None and session.multi_node:
+        return node_plan(session, host, node, launcher, model, common, env)
     return LaunchPlan(argv + cfg.extra_args, env, launcher)
+
+
+def node_plan(session: Session, host: HostFacts, node: Node, launcher: str, model: str,
+              common: list[str], env: dict[str, str]) -> LaunchPlan:
+    """vLLM's own multi-node mode (multiprocessing backend; Ray is not available on CPU): the
+    head serves the API, every other node runs `--headless` with its share of the ranks. Each
+    node is told its data-plane address and interface: without them gloo resolved the hostname
+    to 127.0.0.1 and the ranks never met (measured on namespace nodes)."""
+    cfg = session.config.service
+    nodes = session.nodes
+    local_ranks = cfg.tensor_parallel // len(nodes)
+    facts = next((n for n in host.nodes if n.index == node.index), None)
+    argv = [node.python, session.ship(VLLM_CLI_SCRIPT, node), "serve", model, *common,
+            "--distributed-executor-backend", "mp", "--nnodes", str(len(nodes)), "--node-rank", str(node.index),
+            "--master-addr", str(nodes[0].ip), "--master-port", str(cfg.master_port)]
+    if launcher == "vllm-cpu":
+        argv += ["--dtype", "bfloat16"]
+    if node.index > 0:
+        argv.append("--headless")
+    env = env | {"VLLM_HOST_IP": str(node.ip), "GLOO_SOCKET_IFNAME": str(node.interface),
+                 "NCCL_SOCKET_IFNAME": str(node.interface)}
+    if launcher == "vllm-cpu":
+        cores = facts.cpu_count if facts else host.cpu_count
+        env["VLLM_CPU_OMP_THREADS_BIND"] = node.cpu_bind or cpu_thread_binding(cores, local_ranks)
+    return LaunchPlan(argv + cfg.extra_args, env | cfg.env, launcher)

@@ -19,9 +19,9 @@ from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed, tail_lines
 from orchestrator.retry import poll_policy
 from tasks.host import HostFacts
-from tasks.service.launch import launch_plan, profiler_dir, served_name, service_pid_path
+from tasks.service.launch import launch_plan, profiler_dir, served_name, service_log_path, service_pid_path
 from tasks.service.vllm_log import LoadProgress
-from tasks.session import Session
+from tasks.session import Node, Session
 
 LOG_TAIL_LINES = 40
 
@@ -65,14 +65,39 @@ class ServiceLifecycle:
         except (ValueError, KeyError, IndexError, TypeError):
             return None
 
-    def our_pid(self) -> int | None:
-        """The process group of the server we launched while any of it lives: when its leader
-        (the API server) dies, the engine and the TP workers may live on, holding the GPUs."""
-        host = self.session.host()
-        pid = host.read_pid(self.pid_path)
+    def our_pid(self, node: Node | None = None) -> int | None:
+        """The process group of the server we launched (on the head, or ``node``) while any of it
+        lives: when its leader (the API server) dies, the engine and the TP workers may live on,
+        holding the GPUs."""
+        node = node or self.session.nodes[0]
+        host = self.session.node_host(node.index)
+        pid = host.read_pid(service_pid_path(self.session, node))
         if pid is None:
             return None
         return pid if host.is_alive(pid) or host.group_pids(pid) else None
+
+    def node_pids(self) -> list[tuple[Node, int | None]]:
+        """Each node's server process group (None where none of ours lives)."""
+        return [(node, self.our_pid(node)) for node in self.session.nodes]
+
+    def node_log_tail(self, node: Node) -> str:
+        host = self.session.node_host(node.index)
+        return self.masked(tail_lines(host.read_text(service_log_path(self.session, node), 200_000), LOG_TAIL_LINES))
+
+    def dead_nodes(self) -> list[Node]:
+        """Nodes whose part of a multi-node server is gone (empty for one host)."""
+        if not self.session.multi_node:
+            return []
+        return [node for node, pid in self.node_pids() if pid is None]
+
+    def fail_if_node_died(self, during: str) -> None:
+        """A node's server died: fail naming it, with its log's last lines (the head alone
+        answers 503 and logs only that its engine died)."""
+        dead = self.dead_nodes()
+        if dead:
+            node = dead[0]
+            raise TaskFailed(f"vLLM on {node.label} exited {during}; `orchestrate resume` relaunches every node",
+                             output_tail=self.node_log_tail(node))
 
     def masked(self, text: str) -> str:
         """The server may print its environment: `service.env` values stay in its own log on
@@ -95,6 +120,8 @@ class ServiceLifecycle:
     def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
         served = self.serving_model()
         expected = served_name(self.session)
+        if self.session.multi_node and self.settle_nodes(ctx):
+            served = self.serving_model()
         if self.known.facts and served == expected:
             return self.known.facts  # already up in this process: nothing to do
         if served is not None:
@@ -123,17 +150,53 @@ class ServiceLifecycle:
                     " by a process we did not launch and that is not a healthy vLLM; stop it or"
                     " set service.port"
                 )
-            plan = launch_plan(self.session, ctx.result_of("host_facts", HostFacts))
-            host = self.session.host()
-            host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session))}", timeout_s=30)
-            pid = host.start_detached(plan.argv, self.log_path, self.pid_path, env=plan.env)
+            pid = self.launch(ctx, ctx.result_of("host_facts", HostFacts))
             launched_at = time.time()
-            ctx.log(f"launched {plan.launcher} server pid {pid}: {shlex.join(plan.argv)}")
         facts = self.follow_load(ctx, pid)
         facts |= {"adopted": False, "pid": pid, "model": expected,
                   "launched_at_epoch_s": launched_at, "log": self.log_path}
         self.known = ServiceState(pid=pid, adopted=False, facts=facts)
         return facts
+
+    def launch(self, ctx: TaskContext, facts: HostFacts) -> int:
+        """Start the server: on the host, or its part on every node at once (the head first);
+        the head's process group id."""
+        pids = []
+        for node in self.session.nodes:
+            plan = launch_plan(self.session, facts, node)
+            host = self.session.node_host(node.index)
+            host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session, node))}", timeout_s=30)
+            pids.append(host.start_detached(plan.argv, service_log_path(self.session, node),
+                                            service_pid_path(self.session, node), env=plan.env))
+            where = f" on {node.label}" if self.session.multi_node else ""
+            ctx.log(f"launched {plan.launcher} server pid {pids[-1]}{where}: {shlex.join(plan.argv)}")
+        return pids[0]
+
+    def settle_nodes(self, ctx: TaskContext) -> bool:
+        """Multi-node: a server whose part on some node is gone cannot serve (the head answers
+        503 once a worker dies) and is not followed: every node's part is stopped, so the
+        caller launches them all again. True when something was stopped."""
+        pids = self.node_pids()
+        dead = [node for node, pid in pids if pid is None]
+        if not dead or len(dead) == len(pids):
+            return False
+        ctx.log(f"the server's part on {', '.join(node.label for node in dead)} is gone; stopping the other"
+                " nodes' parts to relaunch them all")
+        self.stop_nodes()
+        return True
+
+    def stop_nodes(self) -> list[tuple[Node, int]]:
+        """Stop every node's process group of ours (TERM, then KILL after service.stop_grace_s)."""
+        stopped = []
+        for node, pid in self.node_pids():
+            if pid is None:
+                continue
+            host = self.session.node_host(node.index)
+            if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
+                raise TaskFailed(f"vLLM process group {pid} on {node.label} survived SIGKILL")
+            host.run(f"rm -f {shlex.quote(service_pid_path(self.session, node))}", check=False, timeout_s=30)
+            stopped.append((node, pid))
+        return stopped
 
     def follow_load(self, ctx: TaskContext, pid: int) -> dict[str, Any]:
         """Poll /health and the log until ready; fail within a poll of a death or fatal line."""
@@ -143,6 +206,7 @@ class ServiceLifecycle:
         offset = 0
         started = time.monotonic()
         health_seen_at: float | None = None
+        workers = {node.index: [0, LoadProgress()] for node in self.session.nodes[1:]}
 
         def log_tail() -> str:
             return self.masked(tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES))
@@ -173,6 +237,7 @@ class ServiceLifecycle:
             if not host.is_alive(pid):
                 raise TaskFailed(f"vLLM (pid {pid}) exited during start on {host.name}",
                                  output_tail=log_tail())
+            self.check_worker_nodes(workers)
             return False
 
         with Progress(TextColumn("[bold]vLLM[/bold] {task.description}"), BarColumn(),
@@ -196,31 +261,56 @@ class ServiceLifecycle:
         return {"ready_s": round(ready_s, 2), "health_seen_monotonic": health_seen_at,
                 "load": progress.summary()}
 
+    def check_worker_nodes(self, workers: dict[int, list]) -> None:
+        """During a multi-node start: every worker node's process alive, no fatal line in its log."""
+        for node in self.session.nodes[1:]:
+            host = self.session.node_host(node.index)
+            offset, progress = workers[node.index]
+            chunk = host.run(f"tail -c +{offset + 1} {shlex.quote(service_log_path(self.session, node))} 2>/dev/null",
+                             check=False, timeout_s=60).stdout
+            workers[node.index][0] = offset + len(chunk.encode())
+            progress.feed(chunk)
+            if progress.fatal_line:
+                time.sleep(1)
+                raise TaskFailed(f"vLLM failed to start on {node.label}: {self.masked(progress.fatal_line)}",
+                                 output_tail=self.node_log_tail(node))
+            if self.our_pid(node) is None:
+                raise TaskFailed(f"vLLM exited during start on {node.label}", output_tail=self.node_log_tail(node))
+
     # -- the need "accelerators_free" -----------------------------------------------------
     def ensure_stopped(self, ctx: TaskContext | None = None) -> dict[str, Any]:
-        host = self.session.host()
-        pid = self.our_pid() or self.known.pid
-        stopped_pid = None
-        if pid is not None:
-            if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
-                raise TaskFailed(f"vLLM process group {pid} on {host.name} survived SIGKILL")
-            stopped_pid = pid
-            host.run(f"rm -f {shlex.quote(self.pid_path)}", check=False, timeout_s=30)
-        elif self.serving_model() is not None:
+        """Every node's server of ours stopped (its process group, TERM then KILL), then the
+        census on every node."""
+        stopped = self.stop_nodes()
+        head = self.session.nodes[0]
+        if not stopped and self.known.pid is not None:
+            # Its pid file is gone but this process launched it: stop it all the same.
+            host = self.session.host()
+            if not host.stop_group(self.known.pid, grace_s=self.session.config.service.stop_grace_s):
+                raise TaskFailed(f"vLLM process group {self.known.pid} on {host.name} survived SIGKILL")
+            stopped = [(head, self.known.pid)]
+        elif not stopped and self.serving_model() is not None:
             raise TaskFailed(
                 f"a server we did not launch answers on port {self.session.config.service.port}"
-                f" on {host.name}; stop it yourself so the microbenchmarks get the accelerators"
+                f" on {self.session.host().name}; stop it yourself so the microbenchmarks get the accelerators"
             )
         self.known = ServiceState()
-        return {"stopped_pid": stopped_pid, **self.confirm_free(stopped_pid)}
+        pids = {node.index: pid for node, pid in stopped}
+        census = [self.confirm_free(pids.get(node.index), node) for node in self.session.nodes]
+        result = {"stopped_pid": pids.get(0), **census[0]}
+        if self.session.multi_node:
+            result["nodes"] = [{"node": node.name, "stopped_pid": pids.get(node.index), **free}
+                               for node, free in zip(self.session.nodes, census, strict=True)]
+        return result
 
-    def confirm_free(self, pgid: int | None) -> dict[str, Any]:
+    def confirm_free(self, pgid: int | None, node: Node | None = None) -> dict[str, Any]:
         """The census after a stop: our port closed, no process of our server's group left, no GPU
         compute process listed, and no GPU holding memory. The last catches what the process list
         cannot: in a container nvidia-smi lists no processes of other PID namespaces, and a GPU can
         take a few seconds to release a killed process's memory (polled for up to 20 s)."""
-        host = self.session.host()
-        port_closed = not host.port_open(self.session.config.service.port)
+        node = node or self.session.nodes[0]
+        host = self.session.node_host(node.index)
+        port_closed = node.index > 0 or not host.port_open(self.session.config.service.port)
         leftover = host.group_pids(pgid) if pgid else []
         gpu_apps = host.run("command -v nvidia-smi >/dev/null && nvidia-smi "
                             "--query-compute-apps=pid,process_name --format=csv,noheader",
@@ -270,7 +360,7 @@ class ServiceNeed:
 
     def finish(self) -> None:
         # The campaign is over: stop a server we launched; leave one we adopted alone.
-        if self.lifecycle.our_pid() is not None:
+        if any(pid is not None for _, pid in self.lifecycle.node_pids()):
             self.lifecycle.ensure_stopped()
 
 

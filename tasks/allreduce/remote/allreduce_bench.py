@@ -59,6 +59,10 @@ def main():
 def vllm_shm_all_reduce(rank, world):
     """vLLM's CPU shared-memory all-reduce, set up as vllm's CpuCommunicator does; checked to
     sum correctly. Returns (all_reduce(tensor), None) or (None, why it is unavailable)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local != world:
+        # Shared memory exists within a host only; vLLM disables its SHM communicator then too.
+        return None, f"ranks span {world // max(local, 1)} nodes: shared memory works within a node only"
     try:
         import vllm._C  # noqa: F401 - registers torch.ops._C
     except Exception as err:  # noqa: BLE001 - any import failure means: not available here
