@@ -55,6 +55,15 @@ CASES = [
      "'a' is declared twice"),
     ("missing key file", '[host]\nkind = "ssh"\nalias = "gpu"\nidentity_file = "/nonexistent/key"\n', None,
      ["resume"], "host.identity_file"),
+    ("one node", '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\nip = "10.0.0.1"\ninterface = "eth0"\n', None,
+     ["resume"], "field 'nodes': one node is a single host"),
+    ("nodes local", '[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
+     'ip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"], "host.kind': nodes are reached over SSH"),
+    ("node without ip", '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
+     'ip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"], "nodes.0.ip"),
+    ("tp over nodes", '[host]\nkind = "ssh"\n[service]\ntensor_parallel = 3\n[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\n'
+     'interface = "e"\n[[nodes]]\nhostname = "b"\nip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"],
+     "3 ranks do not split evenly over 2 nodes"),
     ("env not a table", '[service]\nenv = "x"\n', None, ["resume"], "service.env"),
     ("section not a table", "macro = 5\n", None, ["resume"], "macro"),
     ("unknown section", "[nope]\nx = 1\n", None, ["resume"], "nope': unknown key"),
