@@ -62,6 +62,15 @@ def namespace_nodes(tmp_path_factory: pytest.TempPathFactory):
     nodes.stop()
 
 
+def left_on(node, settle_s: float = 10) -> list[str]:  # noqa: ANN001 - netns_nodes.Node
+    """What still runs on the node once the SSH sessions just closed have ended (their shells'
+    watchdog loops exit within a second)."""
+    deadline = time.monotonic() + settle_s
+    while (found := node.processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return found
+
+
 def todos(state: Path) -> dict[str, dict]:
     return {todo["id"]: todo for todo in json.loads(state.read_text())["todos"]}
 
@@ -87,6 +96,9 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     config = tmp_path / "campaign.toml"
     config.write_text(namespace_nodes.config_toml(sys.executable, workdir, cpu_binds=["0", "1"]) + CAMPAIGN)
     state = tmp_path / "state" / "todo.json"
+    check = run_cli(["--config", str(config), "check"], cwd=tmp_path, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"node 1: {namespace_nodes.nodes[1].ip} reachable (ssh)" in check.stdout
     args = [sys.executable, "-m", "orchestrate", "--config", str(config), "resume"]
     first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -135,6 +147,40 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     assert "Across nodes against within one node" in findings
     # Stopped everywhere: nothing of ours is left on either node (the sshd listener aside).
     for node in namespace_nodes.nodes:
-        assert node.processes() == [], node.processes()
+        assert left_on(node) == []
     print(f"two-node ready after {ready['ready_s']} s; TPOT c=1"
           f" {done['macro_single']['result']['single_stream']['tpot_ms']['mean']:.2f} ms")
+
+
+def test_a_worker_node_that_cannot_start_fails_the_start_fast_and_stop_cleans_every_node(
+        namespace_nodes: NamespaceNodes, tmp_path: Path) -> None:
+    # The injected fault: node 1's python runs everything but the vLLM launcher, which exits 3.
+    broken = tmp_path / "python-without-vllm"
+    broken.write_text(f'#!/bin/sh\ncase "$*" in *vllm_cli.py*) echo "boom: no vLLM on this node" >&2; exit 3;; esac\n'
+                      f'exec {sys.executable} "$@"\n')
+    broken.chmod(0o755)
+    config = tmp_path / "campaign.toml"
+    text = namespace_nodes.config_toml(sys.executable, tmp_path / "work", cpu_binds=["0", "1"])
+    marker = f'workdir = "{tmp_path / "work"}/node1"\n'
+    text = text.replace(marker, marker + f'python = "{broken}"\n')
+    config.write_text(text + CAMPAIGN.replace('phases = ["macro", "profile", "analysis", "allreduce"]',
+                                              'phases = ["macro"]'))
+    state = tmp_path / "state" / "todo.json"
+    started = time.monotonic()
+    first = run_cli(["--config", str(config), "resume"], cwd=tmp_path, timeout=600)
+    assert first.returncode == 1, first.stdout + first.stderr
+    error = todos(state)["service_ready"]["error"]
+    assert error["message"] == f"vLLM exited during start on node 1 ({namespace_nodes.nodes[1].ip})"
+    assert "boom: no vLLM on this node" in error["output_tail"]
+    # The head, launched first, was left loading (a failed task keeps the server for resume);
+    # the next resume sees its worker gone and stops it before launching both again.
+    second = run_cli(["--config", str(config), "resume"], cwd=tmp_path, timeout=600)
+    assert second.returncode == 1
+    assert (f"the server's part on node 1 ({namespace_nodes.nodes[1].ip}) is gone; stopping the other nodes'"
+            " parts to relaunch them all") in second.stdout, second.stdout
+    print(f"a worker that cannot start: two resumes failed in {time.monotonic() - started:.0f} s")
+    stopped = run_cli(["--config", str(config), "stop"], cwd=tmp_path, timeout=300)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "stopped the server's process group" in stopped.stdout and "port 8000 closed" in stopped.stdout
+    for node in namespace_nodes.nodes:
+        assert left_on(node) == []

@@ -16,7 +16,15 @@ def setup_section(findings: Findings) -> str:
     if not (host or model or ready):
         return ""
     cfg = findings.session.config
-    rows = [["host", f"{cfg.host.kind} ({cfg.host.alias or cfg.host.hostname or 'this machine'})"]]
+    if host and host.nodes:
+        tp = cfg.service.tensor_parallel
+        per_node = tp // len(host.nodes)
+        rows = [[f"node {n.index}" + (" (head)" if n.index == 0 else ""),
+                 f"{n.name} ({n.hostname}): ranks {n.index * per_node}-{(n.index + 1) * per_node - 1},"
+                 f" {n.cpu_count} cores, {n.gpu_count} GPUs, python {n.python} / torch {n.torch} / {n.vllm}"]
+                for n in host.nodes]
+    else:
+        rows = [["host", f"{cfg.host.kind} ({cfg.host.alias or cfg.host.hostname or 'this machine'})"]]
     if host:
         accelerators = "; ".join(host.gpus) if host.gpus else "none (CPU)"
         rows += [["kernel", host.uname],
