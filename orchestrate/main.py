@@ -25,14 +25,17 @@ from tasks.unit import PhaseUnit
 def host_for(config: Any, node: int = 0) -> Host:
     """The transport the config asks for: this machine, or SSH (paramiko, known hosts only); with
     `[[nodes]]`, node ``node`` over SSH with `[host]`'s SSH settings where the node sets none."""
+    nodes = getattr(config, "nodes", None) or []
+    setup = (nodes[node].env_setup if nodes else None) or config.host.env_setup
     if config.host.kind == "local":
         from orchestrator.hosts.local import LocalHost
 
-        return LocalHost()
+        host: Host = LocalHost()
+        host.env_setup = setup
+        return host
     from orchestrator.hosts.ssh import SSHHost, SSHTarget
 
     cfg = config.host
-    nodes = getattr(config, "nodes", None) or []
     target, field = (nodes[node], f"nodes.{node}") if nodes else (cfg, "host")
     identity = target.identity_file or cfg.identity_file
     if identity and not Path(identity).expanduser().is_file():
@@ -40,11 +43,13 @@ def host_for(config: Any, node: int = 0) -> Host:
         raise InputError(f"{where}: {identity} is not a file here; name the private"
                          " key SSH should use, or leave it out to use ssh_config and the agent")
     alias = target.alias or target.hostname or ""
-    return SSHHost(SSHTarget(
+    host = SSHHost(SSHTarget(
         alias=alias, hostname=target.hostname or alias, port=target.port, user=target.user or cfg.user,
         identity_files=[identity] if identity else [],
         known_hosts=cfg.known_hosts, ssh_config=cfg.ssh_config,
     ))
+    host.env_setup = setup
+    return host
 
 
 def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:

@@ -99,6 +99,8 @@ class Check:
     what: str
     found: str
     blocking: bool = False
+    unreachable: bool = False
+    """The host could not be reached at all (the campaign's exit code for that is 4)."""
 
 
 def validate_graph(campaign: Campaign) -> None:

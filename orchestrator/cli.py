@@ -83,7 +83,9 @@ def _parser(description: str, extra: dict[str, ExtraCommand]) -> argparse.Argume
 
     command("init", "write the campaign's todo file").add_argument(
         "--force", action="store_true", help="start over; the old file is kept as .bak")
-    command("resume", "run the campaign from where its todo file stands")
+    command("resume", "run the campaign from where its todo file stands (after the pre-flight checks, once"
+                      " a configuration)").add_argument(
+        "--no-check", action="store_true", help="skip the pre-flight checks (`orchestrate check`)")
     command("status", "print the todo table")
     command("reset", "re-queue a todo and everything that depends on it").add_argument("task")
     command("report", "regenerate the findings document now")
@@ -208,6 +210,11 @@ def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:
                 print(f"report written: {path}")
             return 0
         print(f"campaign '{campaign.name}' (config: {source}), state: {args.state}")
+        if not args.no_check:
+            from orchestrator.preflight import preflight_at_resume
+
+            with StateLock(args.state):  # a running campaign's own server would look like a taken port
+                preflight_at_resume(campaign, args.state)
         state = Runner(campaign, args.state).resume()
         _print_status(state)
         return 0

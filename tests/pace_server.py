@@ -4,7 +4,8 @@ It exists to give the load client ground truth: it records when it actually wrot
 request's first and last token chunks, so client-side TTFT/TPOT can be compared with what
 really happened on the wire. Standard library only. Run as a process:
     python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS] [DIE_AFTER]
-GET /stats returns the per-request records; GET /health and /v1/models answer as vLLM's do (the
+GET /stats returns the per-request records (with the path and prompt each came with;
+/v1/chat/completions streams chat deltas); GET /health and /v1/models answer as vLLM's do (the
 model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
 stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`;
@@ -55,7 +56,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                              + str(len(payload)).encode() + b"\r\n\r\n" + payload)
                 await writer.drain()
                 continue
-            if path != "/v1/completions":
+            if path not in ("/v1/completions", "/v1/chat/completions"):
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 await writer.drain()
                 continue
@@ -68,12 +69,14 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                              b"Content-Length: " + str(len(message)).encode() + b"\r\n\r\n" + message)
                 await writer.drain()
                 continue
-            tokens = json.loads(body)["max_tokens"]
+            request = json.loads(body)
+            tokens = request["max_tokens"]
+            prompt = request["messages"][-1]["content"] if "messages" in request else request["prompt"]
             slow = any(int(a) <= COUNTER["n"] <= int(b) for a, _, b in
                        (part.partition("-") for part in filter(None, os.environ.get("PACE_SLOW", "").split(","))))
             factor = float(os.environ.get("PACE_SLOW_FACTOR", "3")) if slow else 1.0
             async with CAPACITY["slots"]:
-                await stream(writer, tokens, ttft, pace * factor, stall, tail)
+                await stream(writer, tokens, ttft, pace * factor, stall, tail, path, prompt)
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
@@ -81,7 +84,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
 
 
 async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: float, stall: float,
-                 tail: float) -> None:
+                 tail: float, path: str = "/v1/completions", prompt: object = None) -> None:
     loop = asyncio.get_running_loop()
     received = loop.time()
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -94,7 +97,8 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
         # Absolute deadlines, so sleep overshoot does not accumulate into the pace.
         delay = stall if index >= tokens // 2 and tokens > 1 else 0.0
         await asyncio.sleep(max(0.0, received + ttft + index * pace + delay - loop.time()))
-        chunk(b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n')
+        chunk(b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n' if path.endswith("chat/completions")
+              else b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n')
         await writer.drain()
         last_at = time.perf_counter()
         if first_at is None:
@@ -104,7 +108,8 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
     chunk(b"data: [DONE]\n\n")
     chunk(b"")
     await writer.drain()
-    RECORDS.append({"tokens": tokens, "tpot_s": (last_at - first_at) / (tokens - 1) if tokens > 1 else None})
+    RECORDS.append({"tokens": tokens, "tpot_s": (last_at - first_at) / (tokens - 1) if tokens > 1 else None,
+                    "path": path, "prompt": prompt})
 
 
 async def main() -> None:

@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 from pathlib import Path
 
 from conftest import (
@@ -318,3 +320,50 @@ def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp
     assert ours() == [] and host.group_pids(pid) == []
     again = run_cli(["stop"], tmp_path, timeout=60)
     assert again.returncode == 0 and "no server of this campaign runs" in again.stdout
+
+
+def test_resume_runs_the_preflight_once_a_configuration_and_stops_before_anything_on_a_problem(tmp_path: Path) -> None:
+    """The engine's pre-flight at `resume`: checks run, a pass is remembered per configuration
+    (no second probe), a changed input checks again, a blocking problem stops it with every
+    problem a line and nothing written, an unreachable host is exit 4 as from a task."""
+    from orchestrator.campaign import Campaign, Check, TaskSpec
+    from orchestrator.errors import HostError, InputError
+    from orchestrator.preflight import CACHE_NAME, preflight_at_resume
+
+    found: list[Check] = [Check("host", "reachable")]
+    calls = []
+
+    def preflight() -> list[Check]:
+        calls.append(1)
+        return list(found)
+
+    def campaign(port: int) -> Campaign:
+        return Campaign(name="c", tasks=[TaskSpec("t", "t", "command", lambda ctx: {}, inputs={"port": port})],
+                        preflight=preflight)
+
+    state = tmp_path / "state" / "todo.json"
+    lines: list[str] = []
+    preflight_at_resume(campaign(1), state, lines.append)
+    preflight_at_resume(campaign(1), state, lines.append)
+    assert len(calls) == 1 and (state.parent / CACHE_NAME).is_file() and "1 checks passed" in lines[0]
+    found[:] = [Check("model", "service.model: /x/config.json missing; set service.model", blocking=True),
+                Check("service.port", "taken; choose another", blocking=True)]
+    with pytest.raises(InputError, match="2 problems would stop the campaign"):
+        preflight_at_resume(campaign(2), state, lines.append)
+    assert lines[-2:] == ["FAIL  model: service.model: /x/config.json missing; set service.model",
+                          "FAIL  service.port: taken; choose another"]
+    assert not state.exists()
+    found[:] = [Check("host", "ssh gpu: connection refused", blocking=True, unreachable=True)]
+    with pytest.raises(HostError, match="connection refused"):
+        preflight_at_resume(campaign(3), state, lines.append)
+    assert len(calls) == 3
+
+
+def test_resume_with_a_missing_model_exits_2_in_seconds_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "campaign.toml").write_text(f'[service]\nmodel = "{tmp_path}/no-such-model"\n')
+    started = time.monotonic()
+    result = run_cli(["resume"], tmp_path, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "FAIL  service.model: " in result.stdout and "no-such-model" in result.stdout
+    assert "pre-flight: 1 problem would stop the campaign" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "state" / "todo.json").exists() and time.monotonic() - started < 60

@@ -30,10 +30,11 @@ def server_truth(port: int) -> list[dict]:
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())
 
 
-@pytest.mark.parametrize("concurrency", [1, 16])
-def test_client_timing_matches_a_known_pace(pace_server, concurrency: int) -> None:
+@pytest.mark.parametrize("concurrency, endpoint", [(1, "completions"), (16, "completions"), (4, "chat")])
+def test_client_timing_matches_a_known_pace(pace_server, concurrency: int, endpoint: str) -> None:
     port = pace_server(ttft_ms=40, pace_ms=10)
-    run = run_loadgen(port, concurrency, requests=2 * concurrency, output_tokens=30)
+    run = run_loadgen(port, concurrency, 2 * concurrency, 30, "--endpoint", endpoint, "--input-tokens", "24")
+    assert {r["path"] for r in server_truth(port)} == {f"/v1/{'chat/' if endpoint == 'chat' else ''}completions"}
     summary = summarize(run)
     assert summary["failed"] == 0 and summary["completed"] == 2 * concurrency
     assert summary["output_tokens"] == 30 * 2 * concurrency  # from usage, not from chunks
@@ -90,3 +91,40 @@ def test_client_says_whether_it_shares_the_servers_session(pace_server, tmp_path
     assert scheduling["autogroup_enabled"] == (autogroup.read_text().strip() == "1" if autogroup.exists() else None)
     assert scheduling["server_sid"] is not None
     assert (scheduling["server_sid"] != scheduling["client_sid"]) is new_session
+
+
+def test_prompt_prefixes_are_unique_for_every_request_even_in_a_tiny_vocabulary() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("loadgen", LOADGEN)
+    loadgen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loadgen)
+    run_id = 123456789 << 20
+    prefixes = {tuple(loadgen.unique_prefix(run_id + index, 10, 30)) for index in range(5000)}
+    assert len(prefixes) == 5000  # 20 token ids, 5 tokens: 3.2 M ids, none repeated
+    assert all(10 <= token < 30 for prefix in prefixes for token in prefix)
+
+
+def test_a_sharegpt_file_gives_its_first_turns_each_behind_a_unique_id(pace_server, tmp_path: Path) -> None:
+    conversations = [{"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "a"}]}
+                     for i in range(3)] + [{"conversations": [{"from": "human", "value": "no reply"}]}]
+    dataset = tmp_path / "sharegpt.json"
+    dataset.write_text(json.dumps(conversations))
+    port = pace_server(ttft_ms=5, pace_ms=2)
+    for endpoint in ("completions", "chat"):
+        run_loadgen(port, 2, 8, 4, "--dataset", "sharegpt", "--dataset-path", str(dataset), "--endpoint", endpoint)
+    prompts = [r["prompt"] for r in server_truth(port)]
+    assert len(prompts) == 16 and len({p.split(" ", 1)[0] for p in prompts}) == 16  # ids never repeat
+    assert {p.split(" ", 1)[1] for p in prompts} <= {"question 0", "question 1", "question 2"}  # "no reply" left out
+    bad = tmp_path / "bad.json"
+    bad.write_text("[]")
+    out = subprocess.run([sys.executable, str(LOADGEN), "--port", str(port), "--model", "m", "--dataset", "sharegpt",
+                          "--dataset-path", str(bad)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "no conversation with a first turn and a reply" in out.stderr
+
+
+def test_synthetic_text_prompts_have_the_asked_length_in_words_without_a_tokenizer(pace_server) -> None:
+    port = pace_server(ttft_ms=5, pace_ms=2)
+    run_loadgen(port, 1, 3, 4, "--dataset", "synthetic", "--input-tokens", "40")
+    prompts = [r["prompt"] for r in server_truth(port)]
+    assert all(isinstance(p, str) and len(p.split()) == 40 for p in prompts) and len(set(prompts)) == 3

@@ -402,6 +402,39 @@ def test_the_example_nodes_block_uncommented_makes_a_two_node_campaign(tmp_path:
     assert worker.argv[worker.argv.index("--tensor-parallel-size") + 1] == "8"
 
 
+def test_env_setup_runs_before_every_host_command_and_its_failure_is_named(tmp_path: Path) -> None:
+    """host.env_setup: a line a non-interactive SSH shell would otherwise never run (no rc file)."""
+    from orchestrate.main import host_for
+    from tasks.config import load_config
+
+    path = tmp_path / "campaign.toml"
+    path.write_text('[host]\nenv_setup = "export HF_HOME=/data/hf-cache; ORCH_UNEXPORTED=1"\n')
+    config, _ = load_config(path, UNITS)
+    host = host_for(config)
+    assert host.run("echo $HF_HOME").stdout.strip() == "/data/hf-cache"
+    assert host.run(["sh", "-c", "echo $HF_HOME"]).stdout.strip() == "/data/hf-cache"  # children inherit it
+    host.env_setup = "false"
+    broken = host.run("echo never", check=False)
+    assert broken.exit_code == 97 and "host.env_setup failed: false" in broken.stderr and "never" not in broken.stdout
+
+
+def test_a_gpu_server_starts_as_the_host_pythons_module_and_keeps_the_hosts_hub_settings(tmp_path: Path) -> None:
+    from tasks.config import load_config
+    from tasks.host import HostFacts
+    from tasks.service.launch import launch_plan
+    from tasks.session import Session
+
+    path = tmp_path / "campaign.toml"
+    path.write_text('[host]\npython = "/opt/venv/bin/python"\n[service]\nmodel = "/models/m"\n')
+    config, _ = load_config(path, UNITS)
+    session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path, host_factory=lambda: None)
+    facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator="cuda", accelerator_source="config", gpu_count=8,
+                      gpus=[], driver=None, topology=None, python="3", torch="2", vllm="0.26", artifact="")
+    plan = launch_plan(session, facts)
+    assert plan.argv[:5] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/m"]
+    assert "HF_HUB_OFFLINE" not in plan.env  # a configured model follows the host's own hub settings
+
+
 def test_no_import_cycles_and_no_module_over_400_lines() -> None:
     """Every import between our modules, function-level ones included, forms no cycle."""
     import ast

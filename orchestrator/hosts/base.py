@@ -40,6 +40,9 @@ class Host(ABC):
     """A machine we run commands on. Context manager: closes its connection on exit."""
 
     name: str = "host"
+    env_setup: str | None = None
+    """A shell line run before every command (host.env_setup): activating an environment, exporting
+    HF_HOME. A non-interactive SSH shell reads no rc file, so this is where such things go."""
 
     @abstractmethod
     def _exec(self, command: str, timeout_s: float | None) -> CommandResult: ...
@@ -79,6 +82,9 @@ class Host(ABC):
             command = f"export {exports}; {command}"
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
+        if self.env_setup:
+            command = (f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed:'"
+                       f" {shlex.quote(self.env_setup)} >&2; exit 97; }}\n{command}")
         result = self._exec(command, timeout_s)
         if check and result.exit_code != 0:
             shown = command

@@ -21,7 +21,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         manifest = ctx.result_of("profile_capture", CaptureManifest)
         artifact = ctx.artifacts_dir / "breakdown.json"
         nodes = {rank: manifest.node_names.get(str(index), f"node {index}")
-                 for rank, index in manifest.nodes.items()}
+                 for rank, index in manifest.nodes.items()} if manifest.node_names else {}
         analysis = Breakdown.model_validate({**analyze_ranks(manifest.trace_paths(), workers=2),
                                              "artifact": str(artifact), "nodes": nodes})
         write_atomic(artifact, json.dumps(analysis.model_dump(mode="json"), indent=1).encode())

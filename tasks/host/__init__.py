@@ -32,6 +32,9 @@ class HostSection(Section):
     workdir: str | None = Field(None, description="folder on the host for scripts, logs, traces")
     python: str | None = Field(None, description="python on the host that has torch and vllm")
     accelerator: Literal["auto", "cuda", "cpu"] = "auto"
+    env_setup: str | None = Field(None, description=(
+        "a shell line run before every command on the host, e.g. 'source ~/venv/bin/activate' or"
+        " 'export HF_HOME=/data/hf': commands over SSH run in a shell that reads no rc file"))
 
 
 class NodeSection(Section):
@@ -49,6 +52,7 @@ class NodeSection(Section):
                                        " NCCL_SOCKET_IFNAME (without it gloo may pick 127.0.0.1 and hang)")
     python: str | None = Field(None, description="this node's python; host.python by default")
     workdir: str | None = Field(None, description="this node's folder; host.workdir by default")
+    env_setup: str | None = Field(None, description="this node's host.env_setup; host.env_setup by default")
     cpu_bind: str | None = Field(None, description="vllm-cpu: VLLM_CPU_OMP_THREADS_BIND for this node's ranks"
                                                    " (default: its cores split evenly between them)")
 
@@ -145,7 +149,7 @@ def node_facts(index: int, name: str, text: str, configured: str) -> NodeFacts:
 def host_identity(config: Any) -> dict[str, Any]:
     """The host settings that change which machine (or Python) results come from."""
     identity = config.host.model_dump(include={"kind", "alias", "hostname", "port", "user", "workdir",
-                                               "python", "accelerator"})
+                                               "python", "accelerator", "env_setup"})
     nodes = getattr(config, "nodes", [])
     return identity | ({"nodes": [node.model_dump() for node in nodes]} if nodes else {})
 

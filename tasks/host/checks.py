@@ -53,7 +53,8 @@ def node_checks(session: Session, node: Node, what: str, settings: str) -> list[
         started = time.monotonic()
         probe = host.run([node.python, "-c", PROBE], check=False, timeout_s=60)
     except OrchestrateError as err:
-        return [Check(what, f"{err} (check {settings} in the config and that you can ssh there)", blocking=True)]
+        return [Check(what, f"{err} (check {settings} in the config and that you can ssh there)", blocking=True,
+                      unreachable=True)]
     checks = [Check(what, f"{host.name} reachable ({cfg.host.kind}), answered in {time.monotonic() - started:.1f} s")]
     lines = [line for line in probe.stdout.splitlines() if line.startswith("{")]
     if probe.exit_code != 0 or not lines:

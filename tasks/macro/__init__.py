@@ -3,9 +3,9 @@ a load client on the host beside the server and cross-checked against vLLM's own
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
@@ -35,6 +35,22 @@ class MacroSection(Section):
     slo_met_pct: float = Field(99.0, gt=0, le=100, description="a rate meets the SLOs when this share of requests does")
     slo_search_runs: int = Field(8, ge=2, le=50, description="points the search may run (one run each)")
     slo_search_start_rate: float = Field(1.0, gt=0, le=1e6, description="requests a second the search starts at")
+    endpoint: Literal["completions", "chat"] = Field("completions", description=(
+        "/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"))
+    dataset: Literal["random", "synthetic", "sharegpt"] = Field("random", description=(
+        "random token ids (random words with endpoint = 'chat'); synthetic: text cut to input_tokens with the"
+        " model's tokenizer; sharegpt: the first turns of dataset_path's conversations"))
+    dataset_path: str | None = Field(None, description="sharegpt: the JSON file, on the host")
+    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
+        default_factory=lambda: [50.0, 90.0, 99.0], min_length=1,
+        description="percentiles of TTFT, TPOT and E2E the findings list, from the stored per-request latencies"
+                    " (a change needs no new run)")
+
+    @model_validator(mode="after")
+    def _dataset_has_its_file(self) -> MacroSection:
+        if self.dataset == "sharegpt" and not self.dataset_path:
+            raise ValueError("dataset = 'sharegpt' needs dataset_path: the ShareGPT-format JSON file on the host")
+        return self
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
@@ -47,7 +63,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct", "slo_ttft_ms",
                                                      "slo_tpot_ms", "slo_e2e_ms", "request_rates", "burstiness",
                                                      "rate_max_concurrency", "slo_search", "slo_met_pct",
-                                                     "slo_search_runs", "slo_search_start_rate"})
+                                                     "slo_search_runs", "slo_search_start_rate", "percentiles"})
     return [
         TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
                  "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),

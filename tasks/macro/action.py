@@ -22,10 +22,13 @@ LOADGEN_SCRIPT = Path(__file__).parent / "remote" / "loadgen.py"
 
 def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_tokens: int) -> list[str]:
     """The load client's options shared by the benchmarks and the capture."""
-    vocab = ctx.result_of("model_facts", ModelFacts).prompt_vocab
-    return ["--port", str(session.config.service.port), "--model", served_name(session),
+    model = ctx.result_of("model_facts", ModelFacts)
+    cfg = session.config.macro
+    args = ["--port", str(session.config.service.port), "--model", served_name(session),
             "--input-tokens", str(input_tokens), "--output-tokens", str(output_tokens),
-            "--vocab", str(vocab)]
+            "--vocab", str(model.prompt_vocab), "--endpoint", cfg.endpoint, "--dataset", cfg.dataset,
+            "--tokenizer", model.model]
+    return args + (["--dataset-path", cfg.dataset_path] if cfg.dataset_path else [])
 
 
 def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,

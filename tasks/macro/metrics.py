@@ -25,6 +25,7 @@ DEFINITIONS = {
     "output_throughput": "sum of usage.completion_tokens / benchmark duration",
     "server_view": "delta of vLLM's /metrics histograms (sum/count) over the run",
     "stalls": "gaps between chunks above max(50 ms, 10 x the run's ITL p50); included in every figure",
+    "prefix_cache": "vllm:prefix_cache_hits / vllm:prefix_cache_queries (prompt tokens) over the run, /metrics",
 }
 
 # A gap this far above the typical one is not decode pace: it is the API server or the host not
@@ -87,7 +88,19 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     summary["stalls"] = delivery_stalls(ok, summary["itl_ms"].get("p50"))
     summary["scheduling"] = run.get("scheduling")
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
+    summary["prefix_cache_hit_pct"] = prefix_cache_hit_pct(run.get("server_metrics_delta") or {})
+    prompts = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
+    summary["prompt_tokens_mean"] = sum(prompts) / len(prompts) if prompts else None
     return summary
+
+
+def prefix_cache_hit_pct(delta: dict[str, float]) -> float | None:
+    """Prompt tokens served from vLLM's prefix cache over the run, % of those looked up (its
+    /metrics counters); None where the server does not export them."""
+    queries = delta.get("vllm:prefix_cache_queries_total")
+    if not queries:
+        return None
+    return delta.get("vllm:prefix_cache_hits_total", 0.0) / queries * 100
 
 
 def achieved_rate(records: list[dict[str, Any]]) -> float | None:

@@ -98,6 +98,11 @@ class LevelSummary(Result):
     burstiness: float | None = None
     achieved_request_rate: float | None = Field(None, description="(sent - 1) / (last send - first send), each run,"
                                                 " the runs' median")
+    prompt_tokens_mean: float | None = Field(None, description="prompt tokens a request as the server counted"
+                                             " them (usage.prompt_tokens; a chat template adds some)")
+    prefix_cache_hit_pct: float | None = Field(None, description=(
+        "prompt tokens served from the prefix cache, % of those looked up (/metrics); prompts carry"
+        " unique prefixes, so above 0 means the server reused something it should not have"))
     latencies: list[tuple[float, float | None, float]] | None = Field(
         None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time")
 

