@@ -39,7 +39,8 @@ input_tokens = 32
 output_tokens = 32
 single_stream_requests = 3
 warmup_requests = 1
-concurrency_max = 4
+concurrency_max = 2
+requests_per_level = 8
 repeats = 1
 
 [profile]
