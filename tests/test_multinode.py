@@ -146,6 +146,12 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     findings = (tmp_path / "reports" / "two-nodes" / "findings.md").read_text()
     assert "**Ranks by node** (2 nodes)" in findings
     assert "Across nodes against within one node" in findings
+    # Across nodes vLLM's collectives are async (launch, then wait_tensor): both are communication
+    # time, one call each, so the trace's count matches the config's 2 a layer + 1.
+    assert "| all-reduces a decode step | config: 9 | trace: 9.0 | match |" in findings
+    rank0 = breakdown["ranks"][0]
+    waits = [k for k in rank0["top_kernels"] if "wait_tensor" in k["name"]]
+    assert waits and all(k["category"] == "communication" for k in waits)
     # Stopped everywhere: nothing of ours is left on either node (the sshd listener aside).
     for node in namespace_nodes.nodes:
         assert left_on(node) == []

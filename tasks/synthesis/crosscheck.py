@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
+from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.profile.results import CaptureManifest
 from tasks.synthesis.figures import KeyFigures
 from tasks.synthesis.per_layer import per_layer_section
@@ -16,7 +17,7 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
         return ""
     rows = []
     by_name = rank0.communication_by_name_per_step
-    allreduce_calls = sum(v for k, v in by_name.items() if "gather" not in k.lower())
+    allreduce_calls = sum(v for k, v in by_name.items() if counts_as_allreduce(k))
     shapes = figures.model.shapes if figures.model else None
     expected = shapes.allreduces_per_step if shapes else None
     rows.append(["all-reduces a decode step", f"config: {expected}", f"trace: {allreduce_calls:.1f}",
@@ -26,8 +27,7 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
     allreduce = figures.allreduce
     if allreduce and allreduce.predictions and comm and comm.calls_per_step:
         first = allreduce.predictions[0]
-        reduce_ops = [k for k in rank0.top_kernels
-                      if k.category == "communication" and "gather" not in k.name.lower()]
+        reduce_ops = [k for k in rank0.top_kernels if k.category == "communication" and is_allreduce_time(k.name)]
         traced_ms = sum(k.ms_per_step for k in reduce_ops) if reduce_ops else comm.ms_per_step
         traced_what = "all-reduce ops" if reduce_ops else "all communication"
         ratio = first.predicted_ms_per_step / traced_ms if traced_ms else None

@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from tasks.allreduce.results import AllreduceResult
+from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
 from tasks.synthesis.figures import KeyFigures, w4a16_speedup
@@ -78,11 +79,11 @@ def _collective_figures(figures: KeyFigures) -> dict[str, float | None]:
         comm = rank.categories.get("communication")
         waits.append(max(0.0, comm.ms_per_step - typical_ms(comm)) if comm and comm.calls_per_step else 0.0)
     comm = figures.rank0.categories.get("communication")
-    reduce_ops = [k for k in figures.rank0.top_kernels
-                  if k.category == "communication" and "gather" not in k.name.lower()]
-    calls = sum(v for k, v in figures.rank0.communication_by_name_per_step.items() if "gather" not in k.lower())
-    p50 = (sum(k.p50_us_per_call * k.calls_per_step for k in reduce_ops) / sum(k.calls_per_step for k in reduce_ops)
-           if reduce_ops else None)
+    reduce_ops = [k for k in figures.rank0.top_kernels if k.category == "communication" and is_allreduce_time(k.name)]
+    calls = sum(v for k, v in figures.rank0.communication_by_name_per_step.items() if counts_as_allreduce(k))
+    launches = sum(k.calls_per_step for k in reduce_ops if counts_as_allreduce(k.name))
+    # A call's typical time: its launch and, for an async collective, its wait.
+    p50 = sum(k.p50_us_per_call * k.calls_per_step for k in reduce_ops) / launches if reduce_ops and launches else None
     return {"comm_typical_ms": typical_ms(comm) if comm else 0.0, "comm_wait_ms": waits[0],
             "comm_wait_min_rank_ms": min(waits), "ar_calls": calls, "ar_trace_p50_us": p50}
 
