@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sshd import SSHD, keygen
+from sshd import SSHD, keygen, sshd_config
 
 
 def why_unavailable() -> str | None:
@@ -120,11 +120,7 @@ class NamespaceNodes:
         keygen(host_key)
         (node.folder / "authorized_keys").write_text((self.folder / "client_key.pub").read_text())
         config = node.folder / "sshd_config"
-        config.write_text(
-            f"Port 22\nListenAddress {node.ip}\nHostKey {host_key}\nPidFile {node.folder}/sshd.pid\n"
-            f"AuthorizedKeysFile {node.folder}/authorized_keys\nStrictModes no\nUsePAM no\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-            "Subsystem sftp internal-sftp\nMaxStartups 100\nMaxSessions 100\nClientAliveInterval 5\n")
+        config.write_text(sshd_config(node.ip, 22, host_key, node.folder))
         # Its own hostname (resolvable, as on a real host: torchrun's rendezvous publishes it) and
         # its own /dev/shm: what two real hosts never share.
         hosts = node.folder / "hosts"

@@ -29,6 +29,15 @@ def keygen(path: Path, kind: str = "ed25519") -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(path)], check=True)
 
 
+def sshd_config(listen: str, port: int, host_key: Path, folder: Path) -> str:
+    """Keys only, no PAM, sftp for file copies, room for the many channels a campaign opens."""
+    return (f"Port {port}\nListenAddress {listen}\nHostKey {host_key}\n"
+            f"PidFile {folder}/sshd.pid\nAuthorizedKeysFile {folder}/authorized_keys\n"
+            "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nMaxStartups 100\n"
+            "MaxSessions 100\nClientAliveInterval 5\n")
+
+
 @dataclass
 class Sshd:
     folder: Path
@@ -55,13 +64,7 @@ class Sshd:
         keygen(self.client_key)
         (self.folder / "authorized_keys").write_text((self.folder / "client_key.pub").read_text())
         self.trust_current_host_key()
-        (self.folder / "sshd_config").write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\n"
-            f"PidFile {self.folder}/sshd.pid\nAuthorizedKeysFile {self.folder}/authorized_keys\n"
-            "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nMaxStartups 100\n"
-            "MaxSessions 100\nClientAliveInterval 5\n"
-        )
+        (self.folder / "sshd_config").write_text(sshd_config("127.0.0.1", self.port, self.host_key, self.folder))
         Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
 
     def trust_current_host_key(self) -> None:
