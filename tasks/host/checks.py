@@ -9,7 +9,7 @@ import shlex
 import time
 
 from orchestrator.campaign import Check
-from orchestrator.errors import OrchestrateError, tail_lines
+from orchestrator.errors import InputError, OrchestrateError, tail_lines
 from tasks.session import Node, Session
 
 PROBE = """
@@ -52,6 +52,8 @@ def node_checks(session: Session, node: Node, what: str, settings: str) -> list[
         host = session.node_host(node.index)
         started = time.monotonic()
         probe = host.run([node.python, "-c", PROBE], check=False, timeout_s=60)
+    except InputError:
+        raise  # a setting that cannot work (a key file that is not there): exit 2, as from the task
     except OrchestrateError as err:
         return [Check(what, f"{err} (check {settings} in the config and that you can ssh there)", blocking=True,
                       unreachable=True)]
