@@ -9,10 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-
-import pytest
 from pathlib import Path
 
+import pytest
 from conftest import (
     interruptible,
     live_processes,

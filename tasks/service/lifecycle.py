@@ -19,7 +19,13 @@ from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed, tail_lines
 from orchestrator.retry import poll_policy
 from tasks.host import HostFacts
-from tasks.service.launch import launch_plan, profiler_dir, served_name, service_log_path, service_pid_path
+from tasks.service.launch import (
+    launch_plan,
+    profiler_dir,
+    served_name,
+    service_log_path,
+    service_pid_path,
+)
 from tasks.service.vllm_log import LoadProgress
 from tasks.session import Node, Session
 
