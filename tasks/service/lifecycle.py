@@ -121,6 +121,7 @@ class ServiceLifecycle:
         if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
             raise TaskFailed(f"vLLM process group {pid} on {host.name} survived SIGKILL")
         host.run(f"rm -f {shlex.quote(self.pid_path)}", check=False, timeout_s=30)
+        self.stop_nodes()  # multi-node: the other nodes' parts too, before all are launched again
 
     # -- the need "service" ---------------------------------------------------------------
     def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
