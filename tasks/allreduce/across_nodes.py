@@ -78,6 +78,10 @@ def start_node(session: Session, node: Node, script: Path, args: list[str], per_
     return NodeRun(node, pid, log, status_file)
 
 
+def read_status(host, run: NodeRun) -> str:  # noqa: ANN001 - orchestrator.hosts.base.Host
+    return host.run(f"cat {shlex.quote(run.status_file)} 2>/dev/null", check=False, timeout_s=30).stdout.strip()
+
+
 def wait_all(session: Session, runs: list[NodeRun], timeout_s: float) -> None:
     """Until every node's torchrun exited 0; the first failure, a vanished run or the deadline
     raises, naming the node."""
@@ -86,7 +90,9 @@ def wait_all(session: Session, runs: list[NodeRun], timeout_s: float) -> None:
     while pending:
         for index, run in list(pending.items()):
             host = session.node_host(index)
-            status = host.run(f"cat {shlex.quote(run.status_file)} 2>/dev/null", check=False, timeout_s=30).stdout.strip()
+            status = read_status(host, run)
+            if not status and not host.group_pids(run.pid):
+                status = read_status(host, run)  # it may have written its status and exited since
             if status == "0":
                 del pending[index]
                 continue
