@@ -392,7 +392,6 @@ def test_the_example_nodes_block_uncommented_makes_a_two_node_campaign(tmp_path:
                      vllm="0.26")
     facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator="cuda", accelerator_source="config", gpu_count=8,
                       gpus=[], driver=None, topology=None, python="3", torch="2", vllm="0.26", artifact="", nodes=[node])
-    session.ship = lambda script, node=None: f"{node.workdir}/scripts/{script.name}"  # type: ignore[method-assign]
     head, worker = (launch_plan(session, facts, n) for n in session.nodes)
     assert "--headless" not in head.argv and "--headless" in worker.argv
     assert worker.argv[worker.argv.index("--node-rank") + 1] == "1"
@@ -400,6 +399,7 @@ def test_the_example_nodes_block_uncommented_makes_a_two_node_campaign(tmp_path:
     assert head.env["VLLM_HOST_IP"] == "10.0.0.11" and worker.env["VLLM_HOST_IP"] == "10.0.0.12"
     assert worker.env["NCCL_SOCKET_IFNAME"] == "ens5" and worker.env["NCCL_NVLS_ENABLE"] == "0"
     assert worker.argv[worker.argv.index("--tensor-parallel-size") + 1] == "8"
+    assert worker.argv[1] == "/scratch/orchestrate/scripts/vllm_cli.py"  # shipped by the launch, not by a plan
 
 
 def test_env_setup_runs_before_every_host_command_and_its_failure_is_named(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def service_checks(session: Session) -> list[Check]:
     state = load_state(session.state_path) if session.state_path.is_file() else None
     facts = state.by_id().get("host_facts") if state else None
     if facts is not None and facts.result:
-        plan = launch_plan(session, HostFacts.model_validate(facts.result))
+        plan = launch_plan(session, HostFacts.model_validate(facts.result), session.nodes[0])
         checks.append(Check("server command", " ".join(plan.argv)[:400]))
     else:
         checks.append(Check("server command", "resolved after host_facts ran (`orchestrate resume`)"))

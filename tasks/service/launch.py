@@ -106,7 +106,8 @@ def node_plan(session: Session, host: HostFacts, node: Node, launcher: str, mode
     nodes = session.nodes
     local_ranks = cfg.tensor_parallel // len(nodes)
     facts = next((n for n in host.nodes if n.index == node.index), None)
-    argv = [node.python, session.ship(VLLM_CLI_SCRIPT, node), "serve", model, *common,
+    # Shipped by the launch (a plan is also shown by `check`, which writes nothing on the host).
+    argv = [node.python, f"{node.workdir}/scripts/{VLLM_CLI_SCRIPT.name}", "serve", model, *common,
             "--distributed-executor-backend", "mp", "--nnodes", str(len(nodes)), "--node-rank", str(node.index),
             "--master-addr", str(nodes[0].ip), "--master-port", str(cfg.master_port)]
     if launcher == "vllm-cpu":

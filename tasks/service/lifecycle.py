@@ -20,6 +20,7 @@ from orchestrator.errors import TaskFailed, tail_lines
 from orchestrator.retry import poll_policy
 from tasks.host import HostFacts
 from tasks.service.launch import (
+    VLLM_CLI_SCRIPT,
     launch_plan,
     profiler_dir,
     served_name,
@@ -171,6 +172,8 @@ class ServiceLifecycle:
         pids = []
         for node in self.session.nodes:
             plan = launch_plan(self.session, facts, node)
+            if self.session.multi_node:
+                self.session.ship(VLLM_CLI_SCRIPT, node)
             host = self.session.node_host(node.index)
             host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session, node))}", timeout_s=30)
             pids.append(host.start_detached(plan.argv, service_log_path(self.session, node),
