@@ -42,6 +42,23 @@ class ServiceState:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class LogFollower:
+    """A server log on a host read as it grows, each new part fed to its LoadProgress."""
+
+    host: Any
+    path: str
+    progress: LoadProgress
+    offset: int = 0
+
+    def read_new(self) -> LoadProgress:
+        chunk = self.host.run(f"tail -c +{self.offset + 1} {shlex.quote(self.path)} 2>/dev/null",
+                              check=False, timeout_s=60).stdout
+        self.offset += len(chunk.encode())
+        self.progress.feed(chunk)
+        return self.progress
+
+
 class ServiceLifecycle:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -213,21 +230,18 @@ class ServiceLifecycle:
         host = self.session.host()
         cfg = self.session.config.service
         progress = LoadProgress()
-        offset = 0
         started = time.monotonic()
         health_seen_at: float | None = None
-        workers = {node.index: [0, LoadProgress()] for node in self.session.nodes[1:]}
+        head_log = LogFollower(host, self.log_path, progress)
+        workers = {node.index: LogFollower(self.session.node_host(node.index), service_log_path(self.session, node),
+                                           LoadProgress()) for node in self.session.nodes[1:]}
 
         def log_tail() -> str:
             return self.masked(tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES))
 
         def read_log() -> None:
-            nonlocal offset
-            chunk = host.run(f"tail -c +{offset + 1} {shlex.quote(self.log_path)} 2>/dev/null",
-                             check=False, timeout_s=60).stdout
-            offset += len(chunk.encode())
             seen = len(progress.phases_seen)
-            progress.feed(chunk)
+            head_log.read_new()
             for phase in progress.phases_seen[seen:]:
                 detail = progress.describe() if phase == progress.phase else phase
                 ctx.log(f"vLLM: {detail} ({time.monotonic() - started:.0f} s)")
@@ -271,15 +285,10 @@ class ServiceLifecycle:
         return {"ready_s": round(ready_s, 2), "health_seen_monotonic": health_seen_at,
                 "load": progress.summary()}
 
-    def check_worker_nodes(self, workers: dict[int, list]) -> None:
+    def check_worker_nodes(self, workers: dict[int, LogFollower]) -> None:
         """During a multi-node start: every worker node's process alive, no fatal line in its log."""
         for node in self.session.nodes[1:]:
-            host = self.session.node_host(node.index)
-            offset, progress = workers[node.index]
-            chunk = host.run(f"tail -c +{offset + 1} {shlex.quote(service_log_path(self.session, node))} 2>/dev/null",
-                             check=False, timeout_s=60).stdout
-            workers[node.index][0] = offset + len(chunk.encode())
-            progress.feed(chunk)
+            progress = workers[node.index].read_new()
             if progress.fatal_line:
                 time.sleep(1)
                 raise TaskFailed(f"vLLM failed to start on {node.label}: {self.masked(progress.fatal_line)}",
