@@ -35,6 +35,9 @@ class TaskContext:
     state: TodoState
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     log: Callable[[str], None] = print
+    progress: Callable[..., None] = lambda label, done, total, unit="", note="": None
+    """How far a long step of the task is: ``progress(label, done, total, unit, note)``; shown
+    live on a terminal, as throttled lines elsewhere (orchestrator/progress.py)."""
 
     def result_of(self, task_id: str, model: type[ResultT]) -> ResultT:
         """The completed result of ``task_id`` as its typed model (a dependency's, usually)."""

@@ -5,6 +5,7 @@ When a policy gives up, the final error says how many attempts were made and for
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,8 @@ import paramiko
 import tenacity
 
 from orchestrator.errors import HostError, HostKeyError
+
+RECONNECT_ATTEMPTS = 12
 
 
 def _give_up(what: str) -> Callable[[tenacity.RetryCallState], Any]:
@@ -34,12 +37,25 @@ def _is_transient_connect_error(error: BaseException) -> bool:
     return isinstance(error, OSError | EOFError | paramiko.SSHException)
 
 
+def _say_what_we_wait_for(what: str, attempts: int) -> Callable[[tenacity.RetryCallState], None]:
+    """A line on stderr before each wait: a minute of backoff must not look like a hang."""
+    def callback(state: tenacity.RetryCallState) -> None:
+        last = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0
+        print(f"orchestrate: {what}: attempt {state.attempt_number} of {attempts} failed"
+              f" ({type(last).__name__}: {last}); trying again in {wait:.1f} s", file=sys.stderr, flush=True)
+
+    return callback
+
+
 def reconnect_policy(host: str) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
-    """(Re)connect over SSH: exponential backoff 0.5 s -> 10 s, up to 12 attempts (~1.5 min)."""
+    """(Re)connect over SSH: exponential backoff 0.5 s -> 10 s, up to 12 attempts (~1.5 min),
+    each wait said on stderr."""
     return tenacity.retry(
         retry=tenacity.retry_if_exception(_is_transient_connect_error),
         wait=tenacity.wait_exponential(multiplier=0.5, max=10),
-        stop=tenacity.stop_after_attempt(12),
+        stop=tenacity.stop_after_attempt(RECONNECT_ATTEMPTS),
+        before_sleep=_say_what_we_wait_for(f"waiting for ssh to {host}", RECONNECT_ATTEMPTS),
         retry_error_callback=_give_up(f"ssh connect to {host}"),
         reraise=False,
     )

@@ -25,6 +25,7 @@ from orchestrator.errors import (
     TaskFailed,
     tail_lines,
 )
+from orchestrator.progress import ProgressDisplay
 from orchestrator.results import (
     check_stored_results,
     result_document,
@@ -107,10 +108,12 @@ class Runner:
         campaign: Campaign,
         state_path: Path,
         log: Callable[[str], None] = print,
+        progress: ProgressDisplay | None = None,
     ) -> None:
         self.campaign = campaign
         self.state_path = state_path
         self.log = log
+        self.progress = progress or ProgressDisplay()
         self.specs = {spec.id: spec for spec in campaign.tasks}
         self.held: set[str] = set()
         self.facts: dict[str, dict[str, Any]] = {}
@@ -221,6 +224,7 @@ class Runner:
             artifacts_dir=self.campaign.artifacts_dir / todo.id,
             state=state,
             log=lambda line: self.log(f"[{todo.id}] {line}"),
+            progress=lambda *step, **more: self.progress.update(todo.id, *step, **more),
         )
         try:
             for need in spec.needs:
@@ -254,6 +258,8 @@ class Runner:
                 raise
             raise TaskFailed(f"todo '{todo.id}' failed: {type(err).__name__}: {err}",
                              output_tail=tail) from err
+        finally:
+            self.progress.end(todo.id)  # its bars go before the line that says how it ended
         self._close(state, todo, started, Status.completed, result=result)
         self.log(f"[{todo.id}] completed in {todo.duration_s:.1f} s")
 

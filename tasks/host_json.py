@@ -3,23 +3,40 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import TaskFailed, tail_lines
+from tasks import host_progress
 from tasks.session import Node, Session
+
+HOST_PROGRESS = Path(host_progress.__file__)
 
 
 def run_json_script(session: Session, script: Path, args: list[str], timeout_s: float,
                     env: dict[str, str] | None = None, launcher: list[str] | None = None,
-                    node: Node | None = None) -> Any:
-    """Run ``script`` on the host (or on ``node``) and return the last JSON document it printed."""
+                    node: Node | None = None, progress: Callable[..., None] | None = None) -> Any:
+    """Run ``script`` on the host (or on ``node``) and return the last JSON document it printed.
+    The progress lines it writes to stderr (tasks/host_progress.py, shipped beside it) go to
+    ``progress`` as they come."""
     node = node or session.nodes[0]
+    session.ship(HOST_PROGRESS, node)
     remote = session.ship(script, node)
     argv = (launcher or [node.python]) + [remote, *args]
     host = session.node_host(node.index)
-    result = host.run(argv, timeout_s=timeout_s, env=env)
+    result = host.run(argv, timeout_s=timeout_s, env=env,
+                      on_stderr_line=None if progress is None else progress_lines(progress))
     return last_json(script.name, host.name, result.stdout, result.stderr)
+
+
+def progress_lines(progress: Callable[..., None]) -> Callable[[str], None]:
+    """A stderr line handler that passes the progress lines on and ignores the others."""
+    def on_line(line: str) -> None:
+        if (step := host_progress.parse(line)) is not None:
+            progress(step["label"], step["done"], step["total"], step.get("unit", ""), step.get("note", ""))
+
+    return on_line
 
 
 def last_json(script: str, where: str, stdout: str, stderr: str = "") -> Any:

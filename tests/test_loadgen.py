@@ -128,3 +128,54 @@ def test_synthetic_text_prompts_have_the_asked_length_in_words_without_a_tokeniz
     run_loadgen(port, 1, 3, 4, "--dataset", "synthetic", "--input-tokens", "40")
     prompts = [r["prompt"] for r in server_truth(port)]
     assert all(isinstance(p, str) and len(p.split()) == 40 for p in prompts) and len(set(prompts)) == 3
+
+
+def test_sharegpt_requests_ask_for_their_replys_length_within_the_limits(pace_server, tmp_path: Path) -> None:
+    """As `vllm bench serve` does: each request asks for as many output tokens as its
+    conversation's reply had (words here: no tokenizer given), at most --output-tokens; a first
+    turn longer than --input-tokens is cut to it (the limits `check` held against max_model_len)."""
+    replies = {"short question": "yes", "medium question": "one two three four five", "long question": "w " * 50}
+    conversations = [{"conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": reply}]}
+                     for question, reply in replies.items()]
+    conversations.append({"conversations": [{"from": "human", "value": "p " * 100}, {"from": "gpt", "value": "ok"}]})
+    dataset = tmp_path / "sharegpt.json"
+    dataset.write_text(json.dumps(conversations))
+    port = pace_server(ttft_ms=2, pace_ms=1)
+    run = run_loadgen(port, 4, 40, 8, "--dataset", "sharegpt", "--dataset-path", str(dataset), "--input-tokens", "30")
+    asked = {"short question": 1, "medium question": 5, "long question": 8}
+    seen = server_truth(port)
+    for record in seen:
+        words = record["prompt"].split()
+        assert len(words) <= 30
+        question = " ".join(words[1:])
+        assert record["tokens"] == asked.get(question, 1), record  # the 100-word turn: cut, its reply "ok" is 1
+    assert {" ".join(r["prompt"].split()[1:]) for r in seen} >= {"short question", "long question"}
+    assert summarize(run)["output_tokens"] == sum(r["tokens"] for r in seen)
+
+
+def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: Path) -> None:
+    """Wired as a campaign wires it (tasks/host_json.py): the script beside host_progress.py, its
+    stderr read a line at a time by the host transport, the progress lines parsed on our side.
+    Updates arrive while the run goes, in order, the last one at requests done = total."""
+    import shutil
+    import time
+
+    from orchestrator.hosts.local import LocalHost
+    from tasks.host_json import progress_lines
+
+    for script in (LOADGEN, ROOT / "tasks" / "host_progress.py"):
+        shutil.copy(script, tmp_path / script.name)
+    port = pace_server(ttft_ms=5, pace_ms=10)
+    seen: list[tuple] = []
+    started = time.monotonic()
+    result = LocalHost().run(
+        [sys.executable, str(tmp_path / "loadgen.py"), "--port", str(port), "--model", "m", "--requests", "12",
+         "--output-tokens", "20", "--warmup", "0", "--progress-label", "c1_r1"],
+        on_stderr_line=progress_lines(lambda *step: seen.append((time.monotonic() - started, *step))))
+    took = time.monotonic() - started
+    assert json.loads(result.stdout.splitlines()[-1])["concurrency"] == 1
+    assert [step[1:5] for step in seen[-1:]] == [("c1_r1", 12, 12, "requests")]
+    done = [step[2] for step in seen]
+    assert done == sorted(done) and len(seen) >= 3
+    assert seen[0][0] < took - 1.0  # the first came while the run had more than a second to go
+    assert "output tok/s" in seen[-1][5]

@@ -159,3 +159,28 @@ def test_a_detached_server_survives_ctrl_c_at_the_controllers_terminal(tmp_path:
         assert host.group_pids(pid) == [pid]
     finally:
         assert host.stop_group(pid, grace_s=5)
+
+
+def test_progress_of_a_task_shows_as_throttled_plain_lines_off_a_terminal(tmp_path: Path) -> None:
+    """Not a terminal (a log, CI): a step that has run `every_s` gets a line, then at most one
+    every `every_s` and its last; a shorter step none. Lines carry the task's id, count, rate."""
+    import io
+    import time
+
+    from orchestrator.progress import ProgressDisplay
+
+    def steps(ctx: TaskContext) -> dict:
+        for done in range(0, 41, 10):
+            ctx.progress("c4_r1", done, 40, "requests", "12 output tok/s")
+            time.sleep(0.2)
+        ctx.progress("traces written", 3.5, None, "MB")
+        return {}
+
+    shown = io.StringIO()
+    Runner(Campaign("c", [spec("sweep", steps)]), tmp_path / "todo.json", log=lambda _: None,
+           progress=ProgressDisplay(shown, every_s=0.3)).resume()
+    lines = shown.getvalue().splitlines()  # updates at 0, 0.2, 0.4, 0.6, 0.8 s
+    assert lines[0].startswith("[sweep] c4_r1: 20/40 requests, ") and lines[0].endswith("s left (12 output tok/s)")
+    assert lines[1].startswith("[sweep] c4_r1: 40/40 requests, ") and " requests/s" in lines[1]
+    assert float(lines[1].split(", ")[1].split()[0]) == pytest.approx(40 / 0.8, rel=0.3)
+    assert len(lines) == 2  # the one-update step of "traces written" was too short for a line

@@ -84,7 +84,7 @@ def test_connection_killed_mid_command_is_reported_as_lost(ssh_host: SSHHost, ss
     assert ssh_host.run("echo back").stdout == "back\n"
 
 
-def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd) -> None:
+def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd, capsys: pytest.CaptureFixture) -> None:
     assert ssh_host.run("echo up").stdout == "up\n"
     sshd.stop()
     wait_until_drop_is_seen(ssh_host)
@@ -92,6 +92,9 @@ def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd) -> None:
     started = time.monotonic()
     assert ssh_host.run("echo again").stdout == "again\n"
     assert time.monotonic() - started >= 1.5
+    # Each wait is said, with what failed and when the next try comes: backoff is not a hang.
+    waits = [line for line in capsys.readouterr().err.splitlines() if line.startswith("orchestrate: waiting for ssh")]
+    assert waits and "attempt 1 of 12 failed" in waits[0] and "trying again in" in waits[0]
 
 
 def test_unknown_host_key_is_refused_with_the_fix(sshd, tmp_path: Path) -> None:
@@ -223,3 +226,34 @@ def test_a_command_that_ends_leaves_no_watchdog(ssh_host: SSHHost) -> None:
     time.sleep(1.2)  # a watchdog's last `sleep 1`
     table = ssh_host.run("ps -o pid=,args= --ppid $PPID").stdout  # what hangs off our sshd
     assert len([line for line in table.splitlines() if "sleep 1" in line]) == 0, table
+
+
+def streamed_lines(host, command: str) -> tuple[list[tuple[str, float]], float, str]:
+    """Run ``command`` with a stderr line handler; each line seen with when, the run's length."""
+    seen: list[tuple[str, float]] = []
+    started = time.monotonic()
+    result = host.run(command, on_stderr_line=lambda line: seen.append((line, time.monotonic() - started)))
+    return seen, time.monotonic() - started, result.stderr
+
+
+@pytest.mark.parametrize("transport", ["ssh", "local"])
+def test_stderr_lines_arrive_while_the_command_runs(transport: str, ssh_host: SSHHost) -> None:
+    """Live progress rests on this: a line is seen when written, not when the command ends.
+    Both transports, the real sshd for SSH; a partial line waits for its newline."""
+    from orchestrator.hosts.local import LocalHost
+
+    host = ssh_host if transport == "ssh" else LocalHost()
+    seen, took, stderr = streamed_lines(
+        host, "echo one >&2; sleep 1.5; printf 'tw' >&2; sleep 0.3; echo o >&2; echo out; echo three >&2")
+    assert [line for line, _ in seen] == ["one", "two", "three"]
+    assert seen[0][1] < took - 1.0, seen  # "one" came before the 1.5 s sleep ended
+    assert stderr == "one\ntwo\nthree\n"  # the whole stream is still returned
+
+
+def test_fetch_reports_its_bytes(ssh_host: SSHHost, tmp_path: Path) -> None:
+    remote = tmp_path / "trace.bin"
+    remote.write_bytes(os.urandom(5 * 1024 * 1024 + 3))
+    seen: list[tuple[int, int]] = []
+    ssh_host.get(str(remote), tmp_path / "here" / "trace.bin", progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (5 * 1024 * 1024 + 3,) * 2
+    assert len(seen) >= 5 and all(a[0] < b[0] for a, b in zip(seen, seen[1:], strict=False))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +45,19 @@ class Host(ABC):
     HF_HOME. A non-interactive SSH shell reads no rc file, so this is where such things go."""
 
     @abstractmethod
-    def _exec(self, command: str, timeout_s: float | None) -> CommandResult: ...
+    def _exec(self, command: str, timeout_s: float | None,
+              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
+        """Run ``command``; each complete stderr line also goes to ``on_stderr_line`` as it
+        arrives (from another thread on some transports), so a long command can show progress."""
 
     @abstractmethod
     def put(self, local_path: Path, remote_path: str) -> None: ...
 
     @abstractmethod
-    def get(self, remote_path: str, local_path: Path) -> None:
-        """Copy a file here; a partial earlier copy is resumed, not restarted."""
+    def get(self, remote_path: str, local_path: Path,
+            progress: Callable[[int, int], None] | None = None) -> None:
+        """Copy a file here; a partial earlier copy is resumed, not restarted. ``progress`` sees
+        (bytes here, bytes in all) as the copy goes."""
 
     def close(self) -> None:
         return None
@@ -72,10 +77,12 @@ class Host(ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         redact: Sequence[str] = (),
+        on_stderr_line: Callable[[str], None] | None = None,
     ) -> CommandResult:
-        """Run a command; a failure raises CommandFailed with the command as written, except
-        environment values and ``redact``: those are masked (tokens in `service.env` must never
-        reach an error message, the todo file or the findings)."""
+        """Run a command (``on_stderr_line`` sees its stderr a line at a time while it runs); a
+        failure raises CommandFailed with the command as written, except environment values and
+        ``redact``: those are masked (tokens in `service.env` must never reach an error message,
+        the todo file or the findings)."""
         command = quote_command(argv)
         if env:
             exports = " ".join(shlex.quote(f"{key}={value}") for key, value in env.items())
@@ -85,7 +92,7 @@ class Host(ABC):
         if self.env_setup:
             command = (f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed:'"
                        f" {shlex.quote(self.env_setup)} >&2; exit 97; }}\n{command}")
-        result = self._exec(command, timeout_s)
+        result = self._exec(command, timeout_s, on_stderr_line)
         if check and result.exit_code != 0:
             shown = command
             for secret in [*(env or {}).values(), *redact]:

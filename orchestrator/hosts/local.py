@@ -7,7 +7,10 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -42,14 +45,25 @@ def _kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def _read_lines(stream: IO[str], into: list[str], on_line: Callable[[str], None] | None) -> None:
+    for line in stream:
+        into.append(line)
+        if on_line is not None:
+            with contextlib.suppress(Exception):  # a progress display never breaks the command
+                on_line(line.rstrip("\n"))
+
+
 class LocalHost(Host):
     name = "localhost"
 
-    def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
+    def _exec(self, command: str, timeout_s: float | None,
+              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
         """Run tied to our life: on a timeout, a Ctrl-C or any error the command's whole tree is
         killed, and a watchdog kills it within a second if we are SIGKILLed (a `torchrun` and
         its ranks must not outlive a dead controller). A server started by `start_detached` has
-        left the tree by then (its launcher exits at once) and is not touched."""
+        left the tree by then (its launcher exits at once) and is not touched. Both pipes are
+        drained by threads (stderr a line at a time, for ``on_stderr_line``), so neither can fill
+        and stall the command."""
         process = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, text=True, errors="replace", process_group=0)
         script = WATCHDOG.replace("CONTROLLER", str(os.getpid())).replace("COMMAND", str(process.pid))
@@ -57,12 +71,22 @@ class LocalHost(Host):
             ["sh", "-c", script],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
+        stdout: list[str] = []
+        stderr: list[str] = []
+        readers = [threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True),  # type: ignore[union-attr]
+                   threading.Thread(target=_read_lines, args=(process.stderr, stderr, on_stderr_line), daemon=True)]
+        for reader in readers:
+            reader.start()
         try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
+            process.wait(timeout=timeout_s)
+            for reader in readers:
+                reader.join()
         except subprocess.TimeoutExpired:
             _kill_tree(process.pid)
-            stdout, _ = process.communicate()
-            return CommandResult(command, 124, stdout or "", f"timed out after {timeout_s} s")
+            process.wait()
+            for reader in readers:
+                reader.join(timeout=5)
+            return CommandResult(command, 124, "".join(stdout), f"timed out after {timeout_s} s")
         except BaseException:
             _kill_tree(process.pid)
             process.wait()
@@ -70,7 +94,7 @@ class LocalHost(Host):
         finally:
             watchdog.kill()
             watchdog.wait()
-        return CommandResult(command, process.returncode, stdout, stderr)
+        return CommandResult(command, process.returncode, "".join(stdout), "".join(stderr))
 
     def http_get(self, port: int, path: str, timeout_s: float = 5) -> tuple[int, str]:
         return self._http("GET", port, path, timeout_s)
@@ -91,5 +115,10 @@ class LocalHost(Host):
         if Path(local_path).resolve() != target.resolve():
             shutil.copyfile(local_path, target)
 
-    def get(self, remote_path: str, local_path: Path) -> None:
-        self.put(Path(remote_path).expanduser(), str(local_path))
+    def get(self, remote_path: str, local_path: Path,
+            progress: Callable[[int, int], None] | None = None) -> None:
+        source = Path(remote_path).expanduser()
+        self.put(source, str(local_path))
+        if progress is not None:  # one local copy: seconds even for GBs, so said once, done
+            size = source.stat().st_size
+            progress(size, size)

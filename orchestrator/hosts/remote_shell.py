@@ -10,9 +10,11 @@ stderr end it. Both streams are in order, so once both markers arrived the comma
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import shlex
 import time
+from collections.abc import Callable
 
 import paramiko
 
@@ -32,6 +34,19 @@ PARENT_DEATH = (
 )
 
 
+def _show_lines(stderr: bytearray, shown: int, marker_at: int, on_line: Callable[[str], None]) -> int:
+    """Pass the complete lines of ``stderr`` after ``shown`` (and before the end marker, once it
+    came) to ``on_line``; returns how far that got. A partial last line waits for its newline."""
+    end = marker_at if marker_at >= 0 else stderr.rfind(b"\n")
+    if end <= shown:
+        return shown
+    text = bytes(stderr[shown:end]).decode(errors="replace")
+    for line in text.removesuffix("\n").split("\n"):
+        with contextlib.suppress(Exception):  # a progress display never breaks the command
+            on_line(line)
+    return end + 1
+
+
 class ShellTimeout(Exception):
     """The command outlived its timeout; the shell is left in an unknown state."""
 
@@ -49,7 +64,8 @@ class RemoteShell:
     def close(self) -> None:
         self.channel.close()
 
-    def run(self, command: str, timeout_s: float | None) -> tuple[int, str, str]:
+    def run(self, command: str, timeout_s: float | None,
+            on_stderr_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
         marker = secrets.token_hex(12)
         # eval of a quoted string in a subshell: a syntax error, `exit` or `cd` in the command
         # ends or changes only that subshell, never the shell that serves the next command. It
@@ -62,6 +78,7 @@ class RemoteShell:
         err_end = f"\n{marker}\n".encode()
         stdout, stderr = bytearray(), bytearray()
         out_at = err_at = -1
+        shown = 0  # stderr up to here went to on_stderr_line
         deadline = time.monotonic() + timeout_s if timeout_s else None
         idle_s = 0.0002  # polls back off while a long command runs, stay quick for short ones
         while out_at < 0 or err_at < 0 or stdout.find(b"\n", out_at + len(out_end)) < 0:
@@ -78,6 +95,8 @@ class RemoteShell:
             if progressed:
                 out_at = stdout.find(out_end) if out_at < 0 else out_at
                 err_at = stderr.find(err_end) if err_at < 0 else err_at
+                if on_stderr_line is not None:
+                    shown = _show_lines(stderr, shown, err_at, on_stderr_line)
                 idle_s = 0.0002
                 continue
             if self.channel.closed or self.channel.eof_received or self.channel.exit_status_ready():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,10 +161,11 @@ class SSHHost(Host):
             self._jump.close()
 
     # -- commands -------------------------------------------------------------------------
-    def _exec(self, command: str, timeout_s: float | None) -> CommandResult:
+    def _exec(self, command: str, timeout_s: float | None,
+              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
         shell = self._live_shell()
         try:
-            code, stdout, stderr = shell.run(command, timeout_s)
+            code, stdout, stderr = shell.run(command, timeout_s, on_stderr_line)
         except ShellTimeout as timeout:
             self._drop_shell()
             return CommandResult(command, 124, str(timeout), f"timed out after {timeout_s} s")
@@ -222,7 +224,8 @@ class SSHHost(Host):
         finally:
             sftp.close()
 
-    def get(self, remote_path: str, local_path: Path) -> None:
+    def get(self, remote_path: str, local_path: Path,
+            progress: Callable[[int, int], None] | None = None) -> None:
         """Resumable download: bytes already in ``local_path.part`` are not fetched again."""
         local_path = Path(local_path)
         local_path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +248,8 @@ class SSHHost(Host):
                         break
                     out.write(chunk)
                     have += len(chunk)
+                    if progress is not None:
+                        progress(have, size)
             if have != size:
                 raise HostError(f"{self.name}:{remote_path}: got {have} of {size} bytes; run again to resume")
             os.replace(partial, local_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.atomic import write_atomic
@@ -39,11 +40,14 @@ def variant_tag(env: dict[str, str]) -> str:
     return "-".join(env.values()).lower() or "default"
 
 
-def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: str) -> dict:
-    """One run of the bench at the server's layout: on the host, or across every node."""
+def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: str,
+          progress: Callable[..., None]) -> dict:
+    """One run of the bench at the server's layout: on the host (its sizes shown as they are
+    timed), or across every node (detached on each: no progress lines)."""
     if session.multi_node:
         return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
-    return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env, launcher=standalone(session, tp))
+    return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env, launcher=standalone(session, tp),
+                           progress=lambda label, *rest: progress(f"{label} ({tag})", *rest))
 
 
 def allreduce_action(session: Session):
@@ -63,7 +67,7 @@ def allreduce_action(session: Session):
         base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator}
         for env in variants:
             try:
-                document = bench(session, args, tp, base_env | env, tag=variant_tag(env))
+                document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress)
             except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
                 if not env:
                     raise
@@ -80,7 +84,7 @@ def allreduce_action(session: Session):
             width = tp if host.accelerator == "cpu" else min(tp, host.gpu_count)
             if width > 1:
                 document = run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=base_env,
-                                           launcher=standalone(session, width))
+                                           launcher=standalone(session, width), progress=ctx.progress)
                 intra_node = AllreduceRun.model_validate({**document, "env": {}, "nodes": 1})
                 ctx.log(f"{intra_node.backend} at {width} ranks within {session.nodes[0].label}:"
                         f" {len(intra_node.rows)} sizes")

@@ -61,7 +61,7 @@ def gemm_action(session: Session):
                                    [remote, "--repeats", str(cfg.repeats),
                                     "--group-size", str(int4_group or cfg.int4_group_size),
                                     "--fp8-block", str(fp8_block), "--device", accelerator, *extra],
-                                   timeout_s=3600)
+                                   timeout_s=3600, progress=ctx.progress)
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())
         result = GemmResult.model_validate({**measured, "artifact": str(artifact)})

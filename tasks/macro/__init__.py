@@ -39,7 +39,8 @@ class MacroSection(Section):
         "/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"))
     dataset: Literal["random", "synthetic", "sharegpt"] = Field("random", description=(
         "random token ids (random words with endpoint = 'chat'); synthetic: text cut to input_tokens with the"
-        " model's tokenizer; sharegpt: the first turns of dataset_path's conversations"))
+        " model's tokenizer; sharegpt: the first turns of dataset_path's conversations (at most input_tokens),"
+        " each asking for its reply's length in output tokens (at most output_tokens)"))
     dataset_path: str | None = Field(None, description="sharegpt: the JSON file, on the host")
     percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
         default_factory=lambda: [50.0, 90.0, 99.0], min_length=1,

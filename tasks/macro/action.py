@@ -82,10 +82,10 @@ def _one_run(session: Session, ctx: TaskContext, concurrency: int, requests: int
     cfg = session.config.macro
     args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
         "--concurrency", str(concurrency), "--requests", str(requests), "--warmup", str(warmup),
-        "--seed", str(seed), "--server-pid-file", service_pid_path(session)]
+        "--seed", str(seed), "--server-pid-file", service_pid_path(session), "--progress-label", name]
     if rate:
         args += ["--request-rate", repr(rate), "--burstiness", repr(cfg.burstiness)]
-    raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600)
+    raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600, progress=ctx.progress)
     artifact = ctx.artifacts_dir / f"requests_{name}.json"
     write_atomic(artifact, json.dumps(raw).encode())
     summary = summarize(raw)

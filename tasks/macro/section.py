@@ -96,7 +96,9 @@ def prompts_text(findings: Findings, input_tokens: int, levels: list[LevelSummar
     counted = [level.prompt_tokens_mean for level in levels if level.prompt_tokens_mean is not None]
     measured = f" (the server counted {sum(counted) / len(counted):.1f} a request)" if counted else ""
     if dataset == "sharegpt":
-        return f"Prompts: the first turns of the conversations in `{macro.dataset_path}` (ShareGPT format){measured}"
+        return (f"Prompts: the first turns of the conversations in `{macro.dataset_path}` (ShareGPT format), at most"
+                f" {input_tokens} tokens{measured}; each request asks for its conversation's reply length in output"
+                f" tokens, at most {macro.output_tokens} (`ignore_eos`)")
     if dataset == "synthetic" or (macro is not None and macro.endpoint == "chat"):
         return f"Text prompts of {input_tokens} tokens (common words, cut with the model's tokenizer){measured}"
     return f"Random-token prompts of {input_tokens} tokens{measured}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.atomic import write_atomic
@@ -53,8 +54,10 @@ def rank_traces(files: dict[str, int], ranks: int) -> dict[int, str]:
     return {rank: found[rank] for rank in range(ranks) if rank in found}
 
 
-def wait_complete(session: Session, names: list[str], deadline_s: float, node: Node | None = None) -> None:
-    """Each file's size stable across polls and `gzip -t` clean: written to the end."""
+def wait_complete(session: Session, names: list[str], deadline_s: float, node: Node | None = None,
+                  progress: Callable[..., None] | None = None) -> None:
+    """Each file's size stable across polls and `gzip -t` clean: written to the end. ``progress``
+    sees the bytes written so far (the profiler of a big model writes for minutes)."""
     node = node or session.nodes[0]
     folder = profiler_dir(session, node)
     deadline = time.monotonic() + deadline_s
@@ -62,6 +65,10 @@ def wait_complete(session: Session, names: list[str], deadline_s: float, node: N
     last_sizes: dict[str, int] = {}
     while pending:
         sizes = list_traces(session, node)
+        if progress is not None:
+            written = sum(sizes.get(name, 0) for name in names) / 1e6
+            progress(f"traces written{f' on {node.name}' if session.multi_node else ''}", round(written, 1), None,
+                     "MB", f"{len(names) - len(pending)} of {len(names)} complete")
         for name in sorted(pending):
             if sizes.get(name) and sizes[name] == last_sizes.get(name):
                 test = session.node_host(node.index).run(["gzip", "-t", f"{folder}/{name}"], check=False,
@@ -116,7 +123,10 @@ def capture_action(session: Session):
         nodes = session.nodes
         for rank, name in sorted(chosen.ranks.items(), key=lambda item: int(item[0])):
             node = nodes[chosen.nodes.get(rank, 0)]
-            session.node_host(node.index).get(f"{profiler_dir(session, node)}/{name}", local_dir / name)
+            session.node_host(node.index).get(
+                f"{profiler_dir(session, node)}/{name}", local_dir / name,
+                progress=lambda done, total, rank=rank: ctx.progress(f"fetch rank {rank}", round(done / 1e6, 1),
+                                                                     round(total / 1e6, 1), "MB"))
             files[name] = (local_dir / name).stat().st_size
         manifest = CaptureManifest(files=files, ranks=chosen.ranks, nodes=chosen.nodes,
                                    node_names=chosen.node_names, stop_profile_s=chosen.stop_profile_s,
@@ -136,7 +146,8 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     common = load_args(session, ctx, session.config.macro.input_tokens, cfg.output_tokens)
     if cfg.warmup_requests:
         run_json_script(session, LOADGEN_SCRIPT, common + ["--requests", str(cfg.warmup_requests),
-                                                         "--warmup", "0"], timeout_s=1800)
+                                                         "--warmup", "0", "--progress-label", "warmup"],
+                        timeout_s=1800, progress=ctx.progress)
     status, body = host.http_post(port, "/start_profile", timeout_s=120)
     if status == 404:
         raise TaskFailed("the server has no /start_profile: it was not started with --profiler-config"
@@ -146,8 +157,11 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     try:
         load = run_json_script(session, LOADGEN_SCRIPT,
                                common + ["--requests", str(cfg.requests), "--concurrency", str(cfg.concurrency),
-                                         "--warmup", "0"], timeout_s=3600)
+                                         "--warmup", "0", "--progress-label", "profiled load"],
+                               timeout_s=3600, progress=ctx.progress)
     finally:
+        ctx.log("POST /stop_profile: the profiler writes each rank's trace before it answers (minutes"
+                " on a big model)")
         started = time.monotonic()
         status, body = host.http_post(port, "/stop_profile", timeout_s=cfg.stop_timeout_s)
         stop_s = time.monotonic() - started
@@ -164,7 +178,7 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     ranks = await_rank_traces(session, before, tp)
     for node in session.nodes:
         wait_complete(session, [name for rank, name in ranks.items() if ranks.nodes[rank] == node.index],
-                      cfg.stop_timeout_s, node)
+                      cfg.stop_timeout_s, node, progress=ctx.progress)
     return PendingCapture(ranks={str(rank): name for rank, name in ranks.items()},
                           nodes={str(rank): index for rank, index in ranks.nodes.items()},
                           node_names={str(node.index): node.name for node in session.nodes} if session.multi_node else {},

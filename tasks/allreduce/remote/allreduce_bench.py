@@ -22,6 +22,11 @@ import time
 import torch
 import torch.distributed as dist
 
+try:
+    from host_progress import Reporter  # shipped beside this script (tasks/host_progress.py)
+except ImportError:  # run by hand without it: no progress lines
+    Reporter = None
+
 
 def main():
     parser = argparse.ArgumentParser()
@@ -40,7 +45,7 @@ def main():
     device = "cuda" if use_cuda else "cpu"
     dtype = getattr(torch, args.dtype)
     sizes = [int(s) for s in args.sizes.split(",")]
-    rows = time_sizes(dist.all_reduce, sizes, dtype, device, world, args)
+    rows = time_sizes(dist.all_reduce, sizes, dtype, device, world, args, f"{backend} all-reduce")
     document = {"backend": backend, "world_size": world, "dtype": args.dtype,
                 "iterations": args.iterations, "repeats": args.repeats,
                 "nccl_algo": os.environ.get("NCCL_ALGO"), "nccl_proto": os.environ.get("NCCL_PROTO"),
@@ -50,7 +55,8 @@ def main():
         if shm_all_reduce is None:
             document["vllm_shm_unavailable"] = why_not
         else:
-            document["vllm_shm_rows"] = time_sizes(shm_all_reduce, sizes, dtype, device, world, args)
+            document["vllm_shm_rows"] = time_sizes(shm_all_reduce, sizes, dtype, device, world, args,
+                                                   "vLLM shm all-reduce")
     if rank == 0:
         print(json.dumps(document))
     dist.destroy_process_group()
@@ -88,8 +94,9 @@ def vllm_shm_all_reduce(rank, world):
     return all_reduce, None
 
 
-def time_sizes(all_reduce, sizes, dtype, device, world, args):
+def time_sizes(all_reduce, sizes, dtype, device, world, args, label):
     element = torch.tensor([], dtype=dtype).element_size()
+    report = Reporter() if Reporter is not None and dist.get_rank() == 0 else None
     use_cuda = device == "cuda"
     rows = []
     for size in sizes:
@@ -124,6 +131,8 @@ def time_sizes(all_reduce, sizes, dtype, device, world, args):
                      "busbw_gbps": algbw * 2 * (world - 1) / world,
                      "per_rank_latency_us": [float(g[0].item()) * 1e6 for g in gathered],
                      "repeats": len(samples), "spread_pct": (slowest[2] - slowest[1]) / seconds * 100})
+        if report is not None:
+            report(label, len(rows), len(sizes), "sizes", f"{nbytes:,} B: {seconds * 1e6:,.1f} µs")
     return rows
 
 

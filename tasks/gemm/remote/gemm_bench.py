@@ -26,6 +26,11 @@ import json
 import fused_moe_bench
 import torch
 import vllm_gemm
+
+try:
+    from host_progress import Reporter  # shipped beside this script (tasks/host_progress.py)
+except ImportError:  # run by hand without it: no progress lines
+    Reporter = None
 from bench_timing import (
     copy_ceiling_gbps,
     profiled_op_us,
@@ -239,9 +244,15 @@ def main():
         return (shape["m"], shape["k"], shape["n"], shape["dtype"], shape.get("experts"), shape.get("top_k"))
 
     seen = {}
+    report = Reporter() if Reporter is not None else None
+    distinct = len({key_of(shape) for shape in shapes})
     for shape in shapes:
         if key_of(shape) not in seen:
             seen[key_of(shape)] = bench(shape)
+            if report is not None:
+                us = seen[key_of(shape)].get("us")
+                report("shapes timed", len(seen), distinct, "shapes",
+                       f"{shape['name']} M={shape['m']}: {us:.1f} µs" if us is not None else shape["name"])
     # A time implausible beside the same GEMM at the neighbouring M is measured once more; the
     # second figure is kept, and flagged if it is still out of line.
     for key in shape_outliers({k: r.get("us") for k, r in seen.items()}):

@@ -28,6 +28,11 @@ import random
 import time
 import urllib.request
 
+try:
+    from host_progress import Reporter  # shipped beside this script (tasks/host_progress.py)
+except ImportError:  # run by hand without it: no progress lines
+    Reporter = None
+
 COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 WATCHED = (
     "vllm:time_to_first_token_seconds",
@@ -219,28 +224,42 @@ def load_tokenizer(folder):
 
 
 def cut_text(text, tokens, tokenizer):
+    """``text`` if it has at most ``tokens`` tokens (words without a tokenizer), else its start."""
     if tokenizer is None:
-        return " ".join(text.split()[:tokens])
-    return tokenizer.decode(tokenizer.encode(text, add_special_tokens=False).ids[:tokens])
+        words = text.split()
+        return text if len(words) <= tokens else " ".join(words[:tokens])
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    return text if len(ids) <= tokens else tokenizer.decode(ids[:tokens])
 
 
 def sharegpt_prompts(path):
-    """First human turn of each conversation with a reply, from a ShareGPT-format JSON file."""
+    """(first human turn, its reply) of each conversation with a reply, from a ShareGPT-format
+    JSON file."""
     with open(path, encoding="utf-8") as handle:
         entries = json.load(handle)
-    prompts = []
+    pairs = []
     for entry in entries if isinstance(entries, list) else []:
         turns = entry.get("conversations") or entry.get("conversation") or [] if isinstance(entry, dict) else []
         if len(turns) >= 2 and isinstance(turns[0], dict) and str(turns[0].get("value", "")).strip():
-            prompts.append(str(turns[0]["value"]))
-    if not prompts:
+            reply = turns[1].get("value", "") if isinstance(turns[1], dict) else ""
+            pairs.append((str(turns[0]["value"]), str(reply)))
+    if not pairs:
         raise SystemExit(f"{path}: no conversation with a first turn and a reply (ShareGPT format:"
                          " [{'conversations': [{'from': 'human', 'value': ...}, {'from': 'gpt', ...}]}])")
-    return prompts
+    return pairs
+
+
+def count_tokens(text, tokenizer):
+    return len(tokenizer.encode(text, add_special_tokens=False).ids) if tokenizer is not None else len(text.split())
 
 
 def prompt_source(args, rng):
-    """A function giving the next request's prompt: token ids (random, /v1/completions) or text.
+    """A function giving the next request's prompt (token ids for random prompts on
+    /v1/completions, else text) and the output tokens it asks for: --output-tokens, except for a
+    ShareGPT conversation, which asks for its reply's length (as `vllm bench serve` does) and
+    sends its first turn, each cut to --output-tokens / --input-tokens at most (the limits
+    `orchestrate check` held against max_model_len; counted with the model's tokenizer, in words
+    without one).
 
     Every prompt starts with a unique id, so no request can hit vLLM's prefix cache on another's
     prompt: within a run by construction (a counter), across runs by a 40-bit random run id
@@ -257,13 +276,15 @@ def prompt_source(args, rng):
         count[0] += 1
         if args.dataset == "random" and args.endpoint == "completions":
             prefix = unique_prefix(uid, 10, high) if args.input_tokens > 2 * PREFIX_TOKENS else []
-            return prefix + [rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))]
+            return prefix + [rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))], args.output_tokens
         tag = f"[{uid:x}] "
         if dataset is not None:
-            return tag + dataset[rng.randrange(len(dataset))]
+            prompt, reply = dataset[rng.randrange(len(dataset))]
+            wanted = max(1, min(args.output_tokens, count_tokens(reply, tokenizer)))
+            return cut_text(tag + prompt, args.input_tokens, tokenizer), wanted
         # random (chat) and synthetic: words to the asked length, cut by the tokenizer where there is one
         words = [rng.choice(WORDS) for _ in range(2 * args.input_tokens + 8)]
-        return cut_text(tag + " ".join(words), args.input_tokens, tokenizer)
+        return cut_text(tag + " ".join(words), args.input_tokens, tokenizer), args.output_tokens
 
     return next_prompt
 
@@ -274,8 +295,8 @@ async def run(args):
     path = "/v1/chat/completions" if args.endpoint == "chat" else "/v1/completions"
 
     def body():
-        prompt = next_prompt()
-        common = {"model": args.model, "max_tokens": args.output_tokens, "ignore_eos": True, "stream": True,
+        prompt, max_tokens = next_prompt()
+        common = {"model": args.model, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
                   "temperature": 0.0, "stream_options": {"include_usage": True}}
         if args.endpoint == "chat":
             return {**common, "messages": [{"role": "user", "content": prompt}]}
@@ -302,6 +323,16 @@ async def run(args):
     for item in bodies:
         queue.put_nowait(item)
     records = []
+    report = Reporter() if Reporter is not None and args.progress_label else None
+    tokens = [0]
+
+    def finished(record):
+        records.append(record)
+        tokens[0] += record.get("output_tokens") or 0
+        if report is not None:
+            elapsed = time.perf_counter() - started
+            report(args.progress_label, len(records), len(bodies), "requests",
+                   f"{tokens[0] / elapsed:,.0f} output tok/s" if elapsed > 0 else "")
 
     async def send(conn, item):
         try:
@@ -320,7 +351,7 @@ async def run(args):
                 break
             sent = time.perf_counter() - started
             record = await send(conn, item)
-            records.append({**record, "sent_s": sent})
+            finished({**record, "sent_s": sent})
         conn.close()
 
     idle = []
@@ -333,7 +364,7 @@ async def run(args):
             sent = time.perf_counter() - started
             record = await send(conn, item)
             idle.append(conn)
-        records.append({**record, "due_s": due, "sent_s": sent})
+        finished({**record, "due_s": due, "sent_s": sent})
 
     base = f"http://{host}:{port}"
     counter = "vllm:e2e_request_latency_seconds_count"
@@ -385,6 +416,7 @@ def main():
     parser.add_argument("--dataset", choices=("random", "synthetic", "sharegpt"), default="random",
                         help="random token ids (text with --endpoint chat), fixed-length text, or a ShareGPT file")
     parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
+    parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
     parser.add_argument("--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
