@@ -7,7 +7,7 @@ Kineto's layout (one event a block, keys on a line) and compact (the whole file 
 Then times, in separate processes, each measured the same way (wall time; peak of the summed
 RSS of the process and its children, sampled every 20 ms):
   - ours:  tasks.analysis.breakdown.analyze_ranks(..., workers=2)
-  - HTA:   TraceAnalysis(trace_dir=...) + get_gpu_kernel_breakdown()
+  - HTA:   TraceAnalysis(trace_files={rank: path}, trace_dir=...) + get_gpu_kernel_breakdown()
 and, on one rank of --big-gb GB (Kineto layout): ours (one worker) against msgspec decoding the
 file into typed events (ph, cat, name, ts, dur, tid) and nothing else: the cost of reading it.
 usage: python benchmarks/trace_analysis_vs_hta.py [--dir /tmp/orchestrate-hta-bench] [--mb 134]
@@ -110,11 +110,16 @@ def compare(paths: list[Path], folder: Path, repeats: int) -> dict[str, tuple[fl
         "import json; from pathlib import Path; from tasks.analysis.breakdown import analyze_ranks;"
         f" r = analyze_ranks({{i: Path(p) for i, p in enumerate({[str(p) for p in paths]!r})}}, workers=2);"
         " print(json.dumps({'steps': r['ranks'][0]['decode_steps'], 'gemm_ms': r['ranks'][0]['categories']['gemm']['ms_per_step']}))")
+    # HTA is given each file's rank: found by itself, the rank is read with the regular
+    # expression `"rank":\s+(\d+)`, which a compact file (`"rank":3`) never matches, so every
+    # compact file would be "rank 0" and HTA would analyse one of the 8.
+    ranks = {rank: str(path) for rank, path in enumerate(paths)}
     hta_code = (
         "import logging; logging.disable(logging.CRITICAL);"
         "from hta.trace_analysis import TraceAnalysis;"
-        f" a = TraceAnalysis(trace_dir={str(folder)!r}); k, d = a.get_gpu_kernel_breakdown(visualize=False);"
-        " print(k.to_string()[:400])")
+        f" a = TraceAnalysis(trace_files={ranks!r}, trace_dir={str(folder)!r});"
+        " k, d = a.get_gpu_kernel_breakdown(visualize=False);"
+        " print(len(a.t.traces), 'ranks;', k.to_string()[:400])")
     return table({"ours": ours_code, "HTA 0.5.0": hta_code}, repeats)
 
 
