@@ -186,3 +186,44 @@ def test_a_real_torch_profiler_trace_with_profiler_steps(tmp_path: Path) -> None
     default = json.loads(run_cli(["analyze", str(trace), "--json"], tmp_path, timeout=120).stdout)["ranks"][0]
     assert default["decode_steps"] == 1 and "whole trace is one window" in default["note"]
     assert default["categories"]["gemm"]["calls_per_step"] == 12.0
+
+
+class _Counting:
+    """A decoder wrapper that counts the runs it decoded, or refuses them all (``refuse``)."""
+
+    def __init__(self, decoder: msgspec.json.Decoder, refuse: bool = False) -> None:
+        self.decoder, self.refuse, self.runs = decoder, refuse, 0
+
+    def decode(self, data):  # noqa: ANN001, ANN201 - as msgspec's
+        if self.refuse:
+            raise msgspec.ValidationError("refused: decode every event")
+        events = self.decoder.decode(data)
+        self.runs += 1
+        return events
+
+
+@pytest.mark.parametrize("source", [*REAL_TRACES, DATA / "vllm026_h200_kimik2_4layer_int4.rank0.trace.json.gz"],
+                         ids=lambda p: p.name.split(".")[0])
+def test_decoding_by_category_keeps_exactly_what_decoding_every_event_keeps(source: Path, monkeypatch) -> None:
+    """The fast path (a tagged union on `cat`: fields only for the categories a pass keeps) is
+    taken for most runs of a real trace, and its columns equal those of decoding every event.
+    Small blocks make many runs, most without a metadata event (those fall back)."""
+    monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 1 << 16)
+
+    def read(refuse: bool) -> tuple[Columns, int]:
+        counting = {keep: (_Counting(decoder, refuse), kept) for keep, (decoder, kept) in
+                    trace_reader.BY_CATEGORY.items()}
+        monkeypatch.setattr(trace_reader, "BY_CATEGORY", counting)
+        columns = read_columns(source)
+        monkeypatch.undo()
+        monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 1 << 16)
+        return columns, sum(wrapper.runs for wrapper, _ in counting.values())
+
+    fast, fast_runs = read(refuse=False)
+    every, none = read(refuse=True)
+    assert none == 0 and fast_runs >= 10
+    for which in ("device", "cpu"):
+        for mine, theirs in zip(fast.arrays(which), every.arrays(which), strict=True):
+            assert mine.tolist() == theirs.tolist()
+    assert fast.names == every.names and fast.steps == every.steps and fast.cpu_tid == every.cpu_tid
+    assert len(fast.device_ts) + len(fast.cpu_ts) > 10_000

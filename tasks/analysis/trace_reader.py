@@ -9,7 +9,9 @@ earlier candidate or with more of the file. So any valid JSON layout gives the e
 parser gives (Kineto's, compact, one key a line, keys in any order, the array anywhere in the
 document, or a bare array), memory stays at a few blocks plus the kept columns, and a layout
 no cut fits falls back to one decode of the whole document. What is kept: device work, CPU
-ops, and the annotations that can mark steps, as numpy columns with names interned once.
+ops, and the annotations that can mark steps, as numpy columns with names interned once; a run
+is decoded as a union tagged by `cat`, so an event of a category not kept costs an empty struct,
+not its strings and numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import zlib
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Union
 
 import msgspec
 import numpy as np
@@ -62,6 +65,31 @@ class Whole(msgspec.Struct):
 EVENTS = msgspec.json.Decoder(list[Event])
 WHOLE = msgspec.json.Decoder(Whole)
 METADATA = msgspec.json.Decoder(Metadata)
+
+KNOWN_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation", "cpu_op",
+              "cuda_runtime", "cuda_driver", "ac2g", "overhead", "Trace", "python_function", "fwdbwd",
+              "cpu_instant_event", "cuda_sync", "gpu_op")
+"""The `cat` values of Kineto traces (vLLM's on CPU and on H200s among them)."""
+
+
+def _by_category(wanted: frozenset[str]) -> tuple[msgspec.json.Decoder, frozenset[type]]:
+    """A decoder that builds an event's fields only where its `cat` is one a pass keeps: a run
+    is a tagged union on `cat`, a known category not kept decodes to an empty struct (no
+    strings, no floats). Measured on a 134 MB rank of an H200 trace: 0.33 s against 0.38-0.58 s
+    for decoding every event's fields, filtering them and freeing them. An event with no `cat`
+    (metadata, instants) or an unknown one fails the run's decode, which is then decoded whole
+    (`_take_run`): the same events either way."""
+    kinds = []
+    for cat in KNOWN_CATS:
+        fields = [(name, kind, default) for name, kind, default in
+                  (("ph", str, ""), ("name", str, ""), ("ts", float, 0.0), ("dur", float, 0.0), ("tid", int | str, 0))
+                  ] if cat in wanted else []
+        kinds.append(msgspec.defstruct(f"{'Kept' if cat in wanted else 'Skipped'}_{cat}", fields, tag_field="cat",
+                                       tag=cat, gc=False, namespace={"cat": cat}))
+    return msgspec.json.Decoder(list[Union[tuple(kinds)]]), frozenset(k for k in kinds if k.__struct_fields__)  # noqa: UP007
+
+
+BY_CATEGORY = {keep_cpu: _by_category(CPU_PASS_CATS if keep_cpu else GPU_PASS_CATS) for keep_cpu in (False, True)}
 
 
 @dataclass
@@ -256,14 +284,20 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
     """Take the events of buffer[1 : last + 1] (from an event's `{` to the `}` at ``last``), or
     return False when that text is not a sequence of whole events (the cut fell inside one: an
     open bracket or string is left, a syntax error). A run that is whole but holds a value of
-    the wrong type is a bad trace, not a bad cut. (A fast path keyed to Kineto's first lines was
-    measured here: proving it equal needs a decode of every event's cat, ts and dur, which costs
-    what decoding every event does; so every layout takes this one path.)"""
+    the wrong type is a bad trace, not a bad cut. Every layout takes this one path: first decoded
+    by category (`BY_CATEGORY`), and where an event has no or an unknown `cat`, every event's
+    fields. (A fast path keyed to Kineto's first lines was measured here earlier: proving it
+    equal needs a decode of every event's cat, ts and dur, which costs what decoding every event
+    does.)"""
     after = buffer[last + 1]
     buffer[0], buffer[last + 1] = ord("["), ord("]")
+    by_category, kept = BY_CATEGORY[columns.keep_cpu]
     try:
         with memoryview(buffer)[: last + 2] as view:
-            events = EVENTS.decode(view)
+            try:
+                events = [event for event in by_category.decode(view) if event.__class__ in kept]
+            except msgspec.ValidationError:  # an event with no or an unknown `cat`: every field
+                events = EVENTS.decode(view)
     except msgspec.ValidationError as err:
         raise _bad(path, f"malformed events ({err})") from None
     except msgspec.DecodeError:
