@@ -243,6 +243,7 @@ def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_pa
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     level = load_state(tmp_path / "state" / "todo.json").by_id()["macro_rates"].result["levels"][0]
+    print(f"asked 25 req/s, sent {level['achieved_request_rate']:.2f} req/s over {level['duration_s']:.2f} s")
     assert level["request_rate"] == 25.0 and abs(level["achieved_request_rate"] - 25.0) / 25.0 < 0.05
     served = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10).read())
     assert len(served) == 124 and sum(1 for r in served if r["tpot_s"] > 0.006) == 10  # the hand count
@@ -271,6 +272,8 @@ def test_the_slo_search_finds_the_known_capacity_within_one_step(tmp_path: Path,
     assert [p["rate"] for p in search["points"]][:4] == [4, 8, 16, 32]  # doubling until one misses
     capacity = 1000 / search["points"][0]["level"]["e2e_ms"]["p50"]  # one request at a time, alone
     low, high = search["best_rate"], search["next_missing_rate"]
+    print(f"capacity {capacity:.1f} req/s; points " + ", ".join(
+        f"{p['rate']:g} ({p['met_pct']:.0f}% met)" for p in search["points"]))
     assert low <= capacity * 1.03 and high >= capacity * 0.97 and high - low <= 8, (capacity, search)
     findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
     assert f"**{low:g} requests/s** is the highest rate that met them" in findings
