@@ -18,10 +18,12 @@ def run_json_script(session: Session, script: Path, args: list[str], timeout_s: 
                     env: dict[str, str] | None = None, launcher: list[str] | None = None,
                     node: Node | None = None, progress: Callable[..., None] | None = None) -> Any:
     """Run ``script`` on the host (or on ``node``) and return the last JSON document it printed.
-    The progress lines it writes to stderr (tasks/host_progress.py, shipped beside it) go to
-    ``progress`` as they come."""
+    Shipped beside it: the modules of its own folder (a unit's `remote/` folder holds only host
+    code, which the script may import) and tasks/host_progress.py, whose progress lines on
+    stderr go to ``progress`` as they come."""
     node = node or session.nodes[0]
-    session.ship(HOST_PROGRESS, node)
+    for helper in [HOST_PROGRESS, *sorted(script.parent.glob("*.py"))]:
+        session.ship(helper, node)
     remote = session.ship(script, node)
     argv = (launcher or [node.python]) + [remote, *args]
     host = session.node_host(node.index)

@@ -96,11 +96,11 @@ def test_client_says_whether_it_shares_the_servers_session(pace_server, tmp_path
 def test_prompt_prefixes_are_unique_for_every_request_even_in_a_tiny_vocabulary() -> None:
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("loadgen", LOADGEN)
-    loadgen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loadgen)
+    spec = importlib.util.spec_from_file_location("loadgen_prompts", LOADGEN.with_name("loadgen_prompts.py"))
+    prompts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prompts)
     run_id = 123456789 << 20
-    prefixes = {tuple(loadgen.unique_prefix(run_id + index, 10, 30)) for index in range(5000)}
+    prefixes = {tuple(prompts.unique_prefix(run_id + index, 10, 30)) for index in range(5000)}
     assert len(prefixes) == 5000  # 20 token ids, 5 tokens: 3.2 M ids, none repeated
     assert all(10 <= token < 30 for prefix in prefixes for token in prefix)
 
@@ -163,7 +163,7 @@ def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: P
     from orchestrator.hosts.local import LocalHost
     from tasks.host_json import progress_lines
 
-    for script in (LOADGEN, ROOT / "tasks" / "host_progress.py"):
+    for script in (LOADGEN, LOADGEN.with_name("loadgen_prompts.py"), ROOT / "tasks" / "host_progress.py"):
         shutil.copy(script, tmp_path / script.name)
     port = pace_server(ttft_ms=5, pace_ms=10)
     seen: list[tuple] = []

@@ -17,7 +17,6 @@ from tasks.session import Session
 
 REMOTE = Path(__file__).parent / "remote"
 GEMM_SCRIPT = REMOTE / "gemm_bench.py"
-HELPERS = [REMOTE / name for name in ("bench_timing.py", "vllm_gemm.py", "fused_moe_bench.py")]
 
 
 def server_w4a16_kernel(ctx: TaskContext) -> str:
@@ -50,8 +49,6 @@ def gemm_action(session: Session):
         write_atomic(local, json.dumps(shapes).encode())
         remote = f"{session.workdir}/gemm/shapes.json"
         session.host().put(local, remote)
-        for helper in HELPERS:  # imported by the bench from its own folder
-            session.ship(helper)
         extra = (["--threads", str(threads_per_rank(host, session.config.service.tensor_parallel))]
                  if accelerator == "cpu" else ["--w4a16-kernel", server_w4a16_kernel(ctx)])
         fp8 = shapes_model.weight_dtype == "fp8"
