@@ -245,3 +245,22 @@ def test_moe_routing_is_apart_from_the_experts_on_a_real_trace() -> None:
     result = analyze_trace(path, Classifier())
     assert result["categories"]["moe_routing"]["calls_per_step"] == pytest.approx(3.0)
     assert result["categories"]["moe"]["calls_per_step"] == pytest.approx(15.0)  # 2 Marlin + align, sort, sum
+
+
+def test_analysis_workers_take_the_default_sigterm_and_leave_ctrl_c_to_the_controller() -> None:
+    """`resume` turns SIGTERM into KeyboardInterrupt, and a forked worker inherits handlers; the
+    pool ends its workers with SIGTERM when a rank fails, so each printed a traceback under the
+    one-line error (seen once in CI: 11 lines of stderr where the e2e test wants 1)."""
+    import signal
+    import threading
+
+    from tasks.analysis.breakdown import worker_pool
+
+    assert threading.active_count() == 1  # so the pool forks, the case that inherits handlers
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with worker_pool(2) as pool:
+            handlers = pool.map(signal.getsignal, [signal.SIGTERM, signal.SIGINT])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert handlers == [signal.SIG_DFL, signal.SIG_IGN]

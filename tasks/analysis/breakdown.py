@@ -327,21 +327,36 @@ def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
     return analyze_trace(Path(path), Classifier(Path(rules)), rank, step_marker(marker))
 
 
+def worker_pool(workers: int):  # noqa: ANN201 - a multiprocessing Pool
+    """Forked workers start at once, with this process's imports; a spawned one starts a fresh
+    interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8 ranks).
+    Forking is only safe with no other thread that may hold a lock the child inherits (a
+    campaign's SSH transport has reader threads): then spawn."""
+    import multiprocessing
+    import threading
+
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    return multiprocessing.get_context(method).Pool(workers, initializer=_quiet_worker)
+
+
+def _quiet_worker() -> None:
+    """A worker takes the default SIGTERM and ignores Ctrl-C. A forked one would inherit the
+    controller's handlers (`resume` turns SIGTERM into KeyboardInterrupt), and the pool ends its
+    workers with SIGTERM when a rank fails: each would print a traceback under the one-line error.
+    Ctrl-C reaches the whole process group; the controller alone handles it, ending the pool."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers: int = 1,
                   marker: str = "vllm") -> dict[str, Any]:
     """Every rank's breakdown, the cross-rank summary and imbalance."""
     step_marker(marker)  # a bad pattern is one line here, not in a worker
     jobs = [(str(path), rank, str(rules_path), marker) for rank, path in sorted(paths.items())]
     if workers > 1 and len(jobs) > 1:
-        import multiprocessing
-        import threading
-
-        # Forked workers start at once, with this process's imports; a spawned one starts a
-        # fresh interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8
-        # ranks). Forking is only safe with no other thread that may hold a lock the child
-        # inherits (a campaign's SSH transport has reader threads): then spawn.
-        method = "fork" if threading.active_count() == 1 else "spawn"
-        with multiprocessing.get_context(method).Pool(min(workers, len(jobs))) as pool:
+        with worker_pool(min(workers, len(jobs))) as pool:
             ranks = pool.map(_analyze_one, jobs, chunksize=1)
     else:
         ranks = [_analyze_one(job) for job in jobs]
