@@ -5,6 +5,7 @@ When a policy gives up, the final error says how many attempts were made and for
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import paramiko
 import tenacity
 
-from orchestrator.errors import HostError, HostKeyError
+from orchestrator.errors import CommandFailed, HostError, HostKeyError
 
 RECONNECT_ATTEMPTS = 12
 
@@ -68,4 +69,30 @@ def poll_policy(deadline_s: float, interval_s: float = 0.5) -> tenacity.Retrying
         wait=tenacity.wait_fixed(interval_s),
         stop=tenacity.stop_after_delay(deadline_s),
         retry_error_callback=lambda state: False,
+    )
+
+
+RANK_KILLED = re.compile(r"Signal \d+ \(SIG\w+\) received by PID")
+"""How torchrun reports a rank killed by a signal."""
+
+
+def _rank_killed_by_signal(error: BaseException) -> bool:
+    return isinstance(error, CommandFailed) and bool(RANK_KILLED.search(error.stderr + error.stdout))
+
+
+def _killed_how(error: BaseException | None) -> str:
+    found = RANK_KILLED.search(error.stderr + error.stdout) if isinstance(error, CommandFailed) else None
+    return found[0].removesuffix(" received by PID") if found else "?"
+
+
+def crashed_rank_policy(say: Callable[[str], None]) -> tenacity.Retrying:
+    """A `torchrun` whose rank died from a signal runs once more (seen once in about a dozen runs
+    of the CPU all-reduce bench: rank 0 SIGABRT, no Python error); a rank that exits with an
+    error is not retried, and a second death fails the task as before."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_rank_killed_by_signal),
+        stop=tenacity.stop_after_attempt(2),
+        before_sleep=lambda state: say(f"{_killed_how(state.outcome.exception())}: a rank died from a signal;"
+                                       " running it once more"),
+        reraise=True,
     )

@@ -184,3 +184,38 @@ def test_progress_of_a_task_shows_as_throttled_plain_lines_off_a_terminal(tmp_pa
     assert lines[1].startswith("[sweep] c4_r1: 40/40 requests, ") and " requests/s" in lines[1]
     assert float(lines[1].split(", ")[1].split()[0]) == pytest.approx(40 / 0.8, rel=0.3)
     assert len(lines) == 2  # the one-update step of "traces written" was too short for a line
+
+
+def test_a_torchrun_whose_rank_died_from_a_signal_runs_once_more(tmp_path: Path) -> None:
+    """An injected fault, under a real torchrun: rank 0 aborts (SIGABRT, as seen once in CI in
+    the all-reduce bench) on the first run only; the policy runs it again, and says so. A rank
+    that exits with a Python error is not retried."""
+    import sys
+
+    from orchestrator.errors import CommandFailed
+    from orchestrator.hosts.local import LocalHost
+    from orchestrator.retry import crashed_rank_policy
+
+    script = tmp_path / "rank.py"
+    script.write_text(
+        "import os, pathlib, sys\n"
+        "mark = pathlib.Path(sys.argv[1])\n"
+        "if os.environ['RANK'] == '0':\n"
+        "    if sys.argv[2] == 'error': raise SystemExit('a plain error')\n"
+        "    if not mark.exists(): mark.write_text('1'); os.abort()\n"
+        "    print('{\"ok\": 1}')\n")
+    said: list[str] = []
+
+    def run(mode: str) -> str:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        for attempt in crashed_rank_policy(said.append):
+            with attempt:
+                return LocalHost().run([*launcher, str(script), str(tmp_path / f"mark-{mode}"), mode],
+                                       timeout_s=120).stdout
+        raise AssertionError("unreachable")
+
+    assert '{"ok": 1}' in run("abort-once")
+    assert len(said) == 1 and "SIGABRT" in said[0]
+    with pytest.raises(CommandFailed, match="exited 1"):
+        run("error")
+    assert len(said) == 1  # not retried

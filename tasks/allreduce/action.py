@@ -10,6 +10,7 @@ from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
+from orchestrator.retry import crashed_rank_policy
 from tasks.allreduce.across_nodes import run_across_nodes
 from tasks.allreduce.results import AllreduceResult, AllreduceRun, Prediction
 from tasks.host import HostFacts
@@ -41,13 +42,17 @@ def variant_tag(env: dict[str, str]) -> str:
 
 
 def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: str,
-          progress: Callable[..., None]) -> dict:
+          progress: Callable[..., None], log: Callable[[str], None]) -> dict:
     """One run of the bench at the server's layout: on the host (its sizes shown as they are
     timed), or across every node (detached on each: no progress lines)."""
     if session.multi_node:
         return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
-    return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env, launcher=standalone(session, tp),
-                           progress=lambda label, *rest: progress(f"{label} ({tag})", *rest))
+    for attempt in crashed_rank_policy(log):
+        with attempt:
+            return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env,
+                                   launcher=standalone(session, tp),
+                                   progress=lambda label, *rest: progress(f"{label} ({tag})", *rest))
+    raise AssertionError("unreachable: the policy re-raises the last error")
 
 
 def allreduce_action(session: Session):
@@ -67,7 +72,7 @@ def allreduce_action(session: Session):
         base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator}
         for env in variants:
             try:
-                document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress)
+                document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress, ctx.log)
             except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
                 if not env:
                     raise
