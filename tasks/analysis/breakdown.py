@@ -327,7 +327,7 @@ def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
     return analyze_trace(Path(path), Classifier(Path(rules)), rank, step_marker(marker))
 
 
-def worker_pool(workers: int):  # noqa: ANN201 - a multiprocessing Pool
+def worker_pool(workers: int, method: str | None = None):  # noqa: ANN201 - a multiprocessing Pool
     """Forked workers start at once, with this process's imports; a spawned one starts a fresh
     interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8 ranks).
     Forking is only safe with no other thread that may hold a lock the child inherits (a
@@ -335,7 +335,7 @@ def worker_pool(workers: int):  # noqa: ANN201 - a multiprocessing Pool
     import multiprocessing
     import threading
 
-    method = "fork" if threading.active_count() == 1 else "spawn"
+    method = method or ("fork" if threading.active_count() == 1 else "spawn")
     return multiprocessing.get_context(method).Pool(workers, initializer=_quiet_worker)
 
 
