@@ -72,7 +72,9 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
-    marked = [(cat, name, ts, dur, tid) for cat, name, ts, dur, tid in columns.steps if marker.matches(name)]
+    # Each distinct name is matched and parsed once: a trace repeats a few step names thousands of times.
+    marking = {name for name in {name for _, name, *_ in columns.steps} if marker.matches(name)}
+    marked = [(cat, name, ts, dur, tid) for cat, name, ts, dur, tid in columns.steps if name in marking]
     wanted = "gpu_user_annotation" if kind == "gpu" and any(
         cat == "gpu_user_annotation" for cat, *_ in marked) else "user_annotation"
     steps = merge_stream_ranges(sorted(((ts, dur, name, tid) for cat, name, ts, dur, tid in marked
@@ -86,7 +88,8 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
     ends = starts + np.array([dur for _, dur, _ in steps])
     # Each step's kind from its annotation: decode, prefill, mixed (vLLM batches both), or
     # 'step' where the marker does not say.
-    parsed = [marker.kind(name) for _, _, name in steps]
+    kind_of = {name: marker.kind(name) for name in {name for _, _, name in steps}}
+    parsed = [kind_of[name] for _, _, name in steps]
     kinds = np.array([k for k, _, _ in parsed], dtype=object)
     prefill_tokens = np.array([p for _, p, _ in parsed])
     decode_tokens = np.array([d for _, _, d in parsed])
@@ -306,20 +309,34 @@ def _cpu_ops(columns, classify: Classifier) -> tuple[np.ndarray, ...]:  # noqa: 
 
 
 def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
-    """Busy time: the union of [ts, ts + dur) intervals, merged within each step."""
+    """Busy time: the union of [ts, ts + dur) intervals, merged within each step.
+
+    One running maximum of the ends over every step at once (a loop over steps cost 0.03 s of a
+    rank's 0.3 s on 9,000 steps). It equals each step's own running maximum wherever no work of an
+    earlier step still runs past the step's first start (every end in the step is then at least
+    that start, so an earlier, smaller maximum cannot win); the steps where it does run past are
+    merged on their own, as before."""
     if not len(ts):
         return 0.0
     order = np.lexsort((ts, step_of))
     ts, ends, step_of = ts[order], (ts + dur)[order], step_of[order]
-    total = 0.0
-    boundaries = np.nonzero(np.diff(step_of))[0] + 1
-    for start_ts, end_ts in zip(np.split(ts, boundaries), np.split(ends, boundaries), strict=True):
-        running_end = np.maximum.accumulate(end_ts)
-        gaps = start_ts[1:] > running_end[:-1]
-        segment_starts = np.concatenate(([start_ts[0]], start_ts[1:][gaps]))
-        segment_ends = np.concatenate((running_end[:-1][gaps], [running_end[-1]]))
-        total += float((segment_ends - segment_starts).sum())
-    return total
+    running_end = np.maximum.accumulate(ends)
+    first = np.concatenate(([0], np.nonzero(np.diff(step_of))[0] + 1))
+    overrun = np.zeros(len(first), dtype=bool)
+    overrun[1:] = running_end[first[1:] - 1] > ts[first[1:]]
+    bounds = np.append(first, len(ts))
+    for group in np.nonzero(overrun)[0]:  # an earlier step's work runs into this one: its own maximum
+        segment = slice(bounds[group], bounds[group + 1])
+        running_end[segment] = np.maximum.accumulate(ends[segment])
+    # A segment of busy time starts at each step's first event and wherever an event starts
+    # after everything before it in its step has ended; it ends at the running end before the
+    # next segment starts.
+    opens = np.zeros(len(ts), dtype=bool)
+    opens[first] = True
+    opens[1:] |= ts[1:] > running_end[:-1]
+    starts = np.nonzero(opens)[0]
+    closes = np.append(starts[1:] - 1, len(ts) - 1)
+    return float((running_end[closes] - ts[starts]).sum())
 
 
 def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
