@@ -262,3 +262,40 @@ def test_analysis_workers_take_the_default_sigterm_and_leave_ctrl_c_to_the_contr
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert handlers == [signal.SIG_DFL, signal.SIG_IGN]
+
+
+def direct_union_us(ts: list[float], dur: list[float], step_of: list[int]) -> float:
+    """The union of each step's intervals, merged the plain way: sort, extend or close."""
+    total = 0.0
+    for step in set(step_of):
+        intervals = sorted((t, t + d) for t, d, s in zip(ts, dur, step_of, strict=True) if s == step)
+        start, end = intervals[0]
+        for t, e in intervals[1:]:
+            if t > end:
+                total += end - start
+                start, end = t, e
+            else:
+                end = max(end, e)
+        total += end - start
+    return total
+
+
+def test_busy_union_merges_within_each_step_even_where_an_earlier_steps_work_runs_into_the_next() -> None:
+    """The union is computed over every step at once; a step whose first events start before an
+    earlier step's work has ended (two streams, a kernel overrunning its step's window) must
+    still be merged on its own, or the earlier step's long end would swallow its gaps."""
+    import numpy as np
+
+    from tasks.analysis.breakdown import _union_us
+
+    # Step 0: [0, 50) (a long kernel) and [5, 10); step 1 starts at 20, inside step 0's kernel,
+    # with a gap between [20, 25) and [30, 32): 5 + 2 µs busy, not 12.
+    ts, dur, steps = [0.0, 5.0, 20.0, 30.0], [50.0, 5.0, 5.0, 2.0], [0, 0, 1, 1]
+    assert _union_us(np.array(ts), np.array(dur), np.array(steps)) == pytest.approx(50 + 7)
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        ts = rng.uniform(0, 100, n).round(1)
+        dur = rng.exponential(rng.uniform(0.5, 40), n)
+        steps = rng.integers(0, int(rng.integers(1, 6)), n)
+        assert _union_us(ts, dur, steps) == pytest.approx(direct_union_us(list(ts), list(dur), list(steps)))
