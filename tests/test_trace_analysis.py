@@ -25,8 +25,11 @@ def direct_gpu_count() -> dict[str, float]:
     kernels = [e for e in events if e.get("cat") == "kernel"
                and any(start <= e["ts"] <= end for start, end in windows)]
     gemm = [k for k in kernels if re.search(r"nvjet|gemm", k["name"], re.I)]
+    step_of = [next(i for i, (start, end) in enumerate(windows) if start <= k["ts"] <= end) for k in kernels]
+    busy_us = direct_union_us([k["ts"] for k in kernels], [k["dur"] for k in kernels], step_of)
     return {"steps": len(windows), "kernels": len(kernels) / len(windows), "gemm_calls": len(gemm) / len(windows),
-            "gemm_us": sum(k["dur"] for k in gemm), "all_us": sum(k["dur"] for k in kernels)}
+            "gemm_us": sum(k["dur"] for k in gemm), "all_us": sum(k["dur"] for k in kernels),
+            "busy_ms_per_step": busy_us / 1000 / len(windows)}
 
 
 def test_gpu_trace_breakdown_matches_a_direct_count() -> None:
@@ -39,6 +42,7 @@ def test_gpu_trace_breakdown_matches_a_direct_count() -> None:
     gemm = result["categories"]["gemm"]
     assert gemm["calls_per_step"] == direct["gemm_calls"]
     assert gemm["share_pct"] == pytest.approx(direct["gemm_us"] / direct["all_us"] * 100, abs=1e-6)
+    assert result["busy_union_ms_per_step"] == pytest.approx(direct["busy_ms_per_step"], rel=1e-12)
     names = {k["name"]: k["category"] for k in result["top_kernels"]}
     assert any("tinygemm" in n and c == "gemm" for n, c in names.items())
     assert any("sdpa" in n and c == "attention" for n, c in names.items())
