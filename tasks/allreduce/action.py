@@ -13,6 +13,7 @@ from orchestrator.campaign import TaskContext
 from orchestrator.retry import crashed_rank_policy
 from tasks.allreduce.across_nodes import run_across_nodes
 from tasks.allreduce.results import AllreduceResult, AllreduceRun, Prediction
+from tasks.collective_env import bench_env
 from tasks.host import HostFacts
 from tasks.host_json import run_json_script
 from tasks.model import ModelFacts
@@ -69,7 +70,8 @@ def allreduce_action(session: Session):
                          for algo in ("Ring", "Tree") for proto in ("LL", "LL128", "Simple")]
         runs: list[AllreduceRun] = []
         args = ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)]
-        base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator}
+        base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator} | bench_env(
+            host.accelerator, session.config.service.env)
         for env in variants:
             try:
                 document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress, ctx.log)

@@ -30,6 +30,8 @@ class AllreduceRun(Result):
     repeats: int | None = None
     nccl_algo: str | None = None
     nccl_proto: str | None = None
+    collective_env: dict[str, str] = Field(default_factory=dict, description=(
+        "NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_* and CUDA_VISIBLE_DEVICES as the ranks saw them"))
     torch: str | None = None
     rows: list[AllreduceRow] = Field(default_factory=list)
     vllm_shm_rows: list[AllreduceRow] | None = None

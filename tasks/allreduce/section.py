@@ -26,6 +26,9 @@ def allreduce_section(findings: Findings) -> str:
                       for r in default.rows])
     text += ("\nLatency: the slowest rank's median over its timed loops; spread: (max - min) / median of"
              " that rank's loops.\n")
+    if default.collective_env:
+        text += ("\nCommunication settings the ranks ran with (the server's `service.env` over our defaults): "
+                 + ", ".join(f"`{key}={value}`" for key, value in default.collective_env.items()) + ".\n")
     if default.vllm_shm_rows:
         gloo = {r.bytes: r.latency_us for r in default.rows}
         text += ("\nThe same sizes through vLLM's own CPU all-reduce (`_C::shm_allreduce`, shared memory,"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import InputError
+from tasks.collective_env import collective_defaults
 from tasks.host import HostFacts
 from tasks.model import model_path
 from tasks.session import Node, Session
@@ -68,7 +69,7 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
         except KeyError as err:
             raise InputError(f"service.command: unknown placeholder {err}; use {{model}} {{port}}"
                              " {tp} {profiler_config} {python}") from None
-        return LaunchPlan(argv + cfg.extra_args, dict(cfg.env), "custom")
+        return LaunchPlan(argv + cfg.extra_args, collective_defaults(host.accelerator) | cfg.env, "custom")
     if launcher == "auto":
         launcher = "vllm-serve" if host.accelerator == "cuda" else "vllm-cpu"
     common = ["--port", str(cfg.port), "--tensor-parallel-size", str(cfg.tensor_parallel),
@@ -79,7 +80,7 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
         common += ["--profiler-config", profiler]
     # The generated model needs no hub; a configured one follows the host's own HF_HOME and
     # offline settings (from its environment or host.env_setup).
-    env = {"HF_HUB_OFFLINE": "1"} if cfg.model is None else {}
+    env = collective_defaults(host.accelerator) | ({"HF_HUB_OFFLINE": "1"} if cfg.model is None else {})
     if launcher == "vllm-cpu":
         # The `vllm` console script fails under the vllm-cpu distribution; the module works.
         argv = [session.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,

@@ -28,6 +28,8 @@ except ImportError:  # run by hand without it: no progress lines
     Reporter = None
 
 
+COLLECTIVE_ENV_PREFIXES = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES")
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True, help="comma-separated message sizes in bytes")
@@ -49,6 +51,9 @@ def main():
     document = {"backend": backend, "world_size": world, "dtype": args.dtype,
                 "iterations": args.iterations, "repeats": args.repeats,
                 "nccl_algo": os.environ.get("NCCL_ALGO"), "nccl_proto": os.environ.get("NCCL_PROTO"),
+                # The communication settings these timings were made under, as the ranks saw them.
+                "collective_env": {key: value for key, value in sorted(os.environ.items())
+                                   if key.startswith(COLLECTIVE_ENV_PREFIXES)},
                 "torch": torch.__version__, "rows": rows}
     if not use_cuda:
         shm_all_reduce, why_not = vllm_shm_all_reduce(rank, world)
