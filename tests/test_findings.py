@@ -25,10 +25,10 @@ def no_host():
     raise AssertionError("assembling the findings must not reach the host")
 
 
-def assemble(tmp_path: Path, **changes: dict) -> str:
+def assemble(tmp_path: Path, fixture: Path = FIXTURE, **changes: dict) -> str:
     state_path = tmp_path / "state" / "todo.json"
     state_path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(FIXTURE, state_path)
+    shutil.copy(fixture, state_path)
     config = config_model(UNITS).model_validate(changes)
     session = Session(config=config, state_path=state_path, reports_dir=tmp_path / "reports",
                       host_factory=no_host)
@@ -127,3 +127,31 @@ def test_reports_are_readable_by_others_and_the_state_is_not(tmp_path: Path) -> 
     state = load_state(FIXTURE).by_id()
     assert [r["run"] for r in rows] == ["single stream", "c=1", "c=2", "c=4", "c=8"]
     assert float(rows[0]["tpot_ms_mean"]) == state["macro_single"].result["single_stream"]["tpot_ms"]["mean"]
+
+
+def test_graph_replayed_all_reduces_are_shown_beside_the_eager_loop_and_predict_the_server(tmp_path: Path) -> None:
+    """On CUDA the bench also times the all-reduces replayed from a CUDA graph (as vLLM decodes):
+    they are tabled with the eager/graph ratio, and they, not the eager loop, predict the
+    server's all-reduce time (the fixture's CPU run edited into a 2-GPU NCCL run)."""
+    import json
+
+    from tasks.allreduce.action import server_path
+    from tasks.allreduce.results import AllreduceRun
+
+    document = json.loads(FIXTURE.read_text())
+    todo = next(t for t in document["todos"] if t["id"] == "allreduce_bench")
+    run = todo["result"]["runs"][0]
+    run.update(backend="nccl", vllm_shm_rows=None, collective_env={"NCCL_NVLS_ENABLE": "0"})
+    run["graph_rows"] = [dict(row, latency_us=row["latency_us"] / 4) for row in run["rows"]]
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(document))
+    text = assemble(tmp_path, fixture=edited)
+    assert "captured in a CUDA graph and replayed, as vLLM runs its decode" in text
+    first = run["rows"][0]
+    assert f"| {first['bytes']} | {first['latency_us'] / 4:.1f} | " in text and "| 4.00x |" in text
+    assert "`NCCL_NVLS_ENABLE=0`" in text
+    label, by_size = server_path(AllreduceRun.model_validate(run))
+    assert "CUDA graph" in label and by_size[first["bytes"]].latency_us == first["latency_us"] / 4
+    run.update(graph_rows=None, graph_unavailable="one rank: nothing to capture")
+    label, by_size = server_path(AllreduceRun.model_validate(run))
+    assert label == "torch.distributed nccl" and by_size[first["bytes"]].latency_us == first["latency_us"]

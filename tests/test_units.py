@@ -283,10 +283,14 @@ def test_a_server_that_dies_mid_benchmark_fails_the_task(tmp_path: Path, pace_se
     """The fake server exits after the single-stream requests (3 runs of 2; an injected fault): the
     sweep's requests fail, and the sweep must fail, not be recorded as a benchmark."""
     paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2, die_after=6))(8)
+    # No outlier re-run of a single-stream run: on a loaded machine one took requests 7-8 and the
+    # server died inside the single stream instead (seen when this ran beside another suite).
+    config = tmp_path / "campaign.toml"
+    config.write_text(config.read_text() + "outlier_pct = 1000\n")
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     todos = load_state(tmp_path / "state" / "todo.json").by_id()
-    assert todos["macro_single"].status == "completed"
+    assert todos["macro_single"].status == "completed", todos["macro_single"].error
     assert todos["macro_sweep"].status == "failed" and todos["macro_sweep"].result is None
     assert "stopped answering during the c=1 run (2 of 2 requests failed" in todos["macro_sweep"].error.message
     assert not (tmp_path / "reports" / "paced" / "findings.md").exists()

@@ -12,7 +12,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from orchestrator.retry import crashed_rank_policy
 from tasks.allreduce.across_nodes import run_across_nodes
-from tasks.allreduce.results import AllreduceResult, AllreduceRun, Prediction
+from tasks.allreduce.results import AllreduceResult, AllreduceRow, AllreduceRun, Prediction
 from tasks.collective_env import bench_env
 from tasks.host import HostFacts
 from tasks.host_json import run_json_script
@@ -56,6 +56,19 @@ def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: 
     raise AssertionError("unreachable: the policy re-raises the last error")
 
 
+def server_path(run: AllreduceRun) -> tuple[str, dict[int, AllreduceRow]]:
+    """The rows that predict the server's all-reduce, and what they measured: the path the server
+    takes. On CPU that is vLLM's shared-memory all-reduce where the host has it, not gloo; on
+    CUDA the calls replayed from a CUDA graph, as vLLM replays its decode steps (no launch
+    overhead a call), where they could be measured; else the eager loop."""
+    if run.vllm_shm_rows:
+        return "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)", {r.bytes: r for r in run.vllm_shm_rows}
+    if run.graph_rows:
+        return (f"torch.distributed {run.backend}, captured in a CUDA graph and replayed",
+                {r.bytes: r for r in run.graph_rows})
+    return f"torch.distributed {run.backend}", {r.bytes: r for r in run.rows}
+
+
 def allreduce_action(session: Session):
     def run(ctx: TaskContext) -> AllreduceResult:
         shapes = ctx.result_of("model_facts", ModelFacts).require_shapes()
@@ -96,14 +109,7 @@ def allreduce_action(session: Session):
                 ctx.log(f"{intra_node.backend} at {width} ranks within {session.nodes[0].label}:"
                         f" {len(intra_node.rows)} sizes")
         default = runs[0]
-        # Predict with the path the server takes: on CPU that is vLLM's shared-memory all-reduce
-        # where the host has it, not gloo.
-        if default.vllm_shm_rows:
-            predicted_by = "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"
-            by_size = {row.bytes: row for row in default.vllm_shm_rows}
-        else:
-            predicted_by = f"torch.distributed {default.backend}"
-            by_size = {row.bytes: row for row in default.rows}
+        predicted_by, by_size = server_path(default)
         per_step = shapes.allreduces_per_step
         predictions = [Prediction(decode_tokens=tokens, bytes=size, latency_us=by_size[size].latency_us,
                                   allreduces_per_step=per_step,

@@ -34,6 +34,9 @@ class AllreduceRun(Result):
         "NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_* and CUDA_VISIBLE_DEVICES as the ranks saw them"))
     torch: str | None = None
     rows: list[AllreduceRow] = Field(default_factory=list)
+    graph_rows: list[AllreduceRow] | None = Field(None, description=(
+        "CUDA: the same all-reduces captured in a CUDA graph and replayed, as vLLM runs decode"))
+    graph_unavailable: str | None = None
     vllm_shm_rows: list[AllreduceRow] | None = None
     vllm_shm_unavailable: str | None = None
     nodes: int = Field(1, description="hosts the ranks were spread over")

@@ -29,6 +29,16 @@ def allreduce_section(findings: Findings) -> str:
     if default.collective_env:
         text += ("\nCommunication settings the ranks ran with (the server's `service.env` over our defaults): "
                  + ", ".join(f"`{key}={value}`" for key, value in default.collective_env.items()) + ".\n")
+    if default.graph_rows:
+        eager = {r.bytes: r.latency_us for r in default.rows}
+        text += ("\nThe same all-reduces captured in a CUDA graph and replayed, as vLLM runs its decode"
+                 " steps (no launch overhead a call):\n\n")
+        text += md_table(["bytes", "latency µs", "spread", "busbw GB/s", "eager / graph"],
+                         [[r.bytes, fmt(r.latency_us, 1), spread(r), fmt(r.busbw_gbps, 3),
+                           fmt(eager[r.bytes] / r.latency_us, 2) + "x" if r.bytes in eager else "-"]
+                          for r in default.graph_rows])
+    elif default.graph_unavailable:
+        text += f"\nIn a CUDA graph: not measured ({default.graph_unavailable}).\n"
     if default.vllm_shm_rows:
         gloo = {r.bytes: r.latency_us for r in default.rows}
         text += ("\nThe same sizes through vLLM's own CPU all-reduce (`_C::shm_allreduce`, shared memory,"

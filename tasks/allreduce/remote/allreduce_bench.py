@@ -30,6 +30,7 @@ except ImportError:  # run by hand without it: no progress lines
 
 COLLECTIVE_ENV_PREFIXES = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES")
 
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True, help="comma-separated message sizes in bytes")
@@ -55,7 +56,20 @@ def main():
                 "collective_env": {key: value for key, value in sorted(os.environ.items())
                                    if key.startswith(COLLECTIVE_ENV_PREFIXES)},
                 "torch": torch.__version__, "rows": rows}
-    if not use_cuda:
+    if use_cuda and world == 1:
+        # Seen on an H200 (torch 2.11): at one rank the all-reduce launches nothing, the captured
+        # graph is empty ("The CUDA Graph is empty") and a replay "took" 0.3 µs: no figure.
+        document["graph_unavailable"] = "one rank: the all-reduce does no work, so a CUDA graph captures nothing"
+    elif use_cuda:
+        # vLLM replays its decode steps as CUDA graphs: the same calls captured once and replayed,
+        # so no launch overhead is in the server's per-call time. Timed beside the eager loop.
+        try:
+            check_graph_sums(dist.all_reduce, dtype, rank, world)
+            document["graph_rows"] = time_sizes(dist.all_reduce, sizes, dtype, device, world, args,
+                                                f"{backend} all-reduce in a CUDA graph", graph=True)
+        except Exception as err:  # noqa: BLE001 - capture can fail on a build or setting; say why
+            document["graph_unavailable"] = f"{type(err).__name__}: {str(err)[:200]}"
+    else:
         shm_all_reduce, why_not = vllm_shm_all_reduce(rank, world)
         if shm_all_reduce is None:
             document["vllm_shm_unavailable"] = why_not
@@ -99,7 +113,7 @@ def vllm_shm_all_reduce(rank, world):
     return all_reduce, None
 
 
-def time_sizes(all_reduce, sizes, dtype, device, world, args, label):
+def time_sizes(all_reduce, sizes, dtype, device, world, args, label, graph=False):
     element = torch.tensor([], dtype=dtype).element_size()
     report = Reporter() if Reporter is not None and dist.get_rank() == 0 else None
     use_cuda = device == "cuda"
@@ -111,14 +125,14 @@ def time_sizes(all_reduce, sizes, dtype, device, world, args, label):
             all_reduce(tensor)
         if use_cuda:
             torch.cuda.synchronize()
+        calls = calls_of(all_reduce, tensor, args.iterations, graph)
         samples = []
         for _ in range(args.repeats):
             dist.barrier()
             if use_cuda:
                 torch.cuda.synchronize()
             started = time.perf_counter()
-            for _ in range(args.iterations):
-                all_reduce(tensor)
+            calls()
             if use_cuda:
                 torch.cuda.synchronize()
             samples.append((time.perf_counter() - started) / args.iterations)
@@ -139,6 +153,40 @@ def time_sizes(all_reduce, sizes, dtype, device, world, args, label):
         if report is not None:
             report(label, len(rows), len(sizes), "sizes", f"{nbytes:,} B: {seconds * 1e6:,.1f} µs")
     return rows
+
+
+def check_graph_sums(all_reduce, dtype, rank, world):
+    """An all-reduce captured in a CUDA graph and replayed sums every rank's values: a capture
+    that recorded nothing (or the wrong stream) would time an empty graph."""
+    probe = torch.empty(1024, dtype=dtype, device="cuda")
+    all_reduce(probe)  # warm: the communicator exists before the capture
+    torch.cuda.synchronize()
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        all_reduce(probe)
+    probe.fill_(rank + 1)
+    captured.replay()
+    torch.cuda.synchronize()
+    if not bool((probe == world * (world + 1) / 2).all()):
+        raise RuntimeError("an all-reduce replayed from a CUDA graph returned a wrong sum")
+
+
+def calls_of(all_reduce, tensor, iterations, graph):
+    """One timed repeat: ``iterations`` back-to-back all-reduces, launched one by one, or captured
+    once in a CUDA graph (after the eager warm-up, so the communicator exists) and replayed."""
+    if not graph:
+        def eager():
+            for _ in range(iterations):
+                all_reduce(tensor)
+        return eager
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        for _ in range(iterations):
+            all_reduce(tensor)
+    torch.cuda.synchronize()
+    captured.replay()  # once untimed: the first replay uploads the graph
+    torch.cuda.synchronize()
+    return captured.replay
 
 
 if __name__ == "__main__":
