@@ -540,3 +540,53 @@ def test_a_secret_in_service_env_is_in_no_written_file(tmp_path: Path) -> None:
     leaked = [p for p in written if secret.encode() in p.read_bytes()]
     # The server's own log is the host's business (vLLM may print its environment); ours hold none.
     assert [p.name for p in leaked if p.name != "vllm.log"] == []
+
+
+def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_path: Path) -> None:
+    """Node 1's server is killed and the head's exits after it: both are gone by the next poll.
+    The failure names node 1 (its log stopped first) with its own log, then the head. Both
+    "nodes" are this machine (real pid files of exited processes, real logs with set times)."""
+    import os
+
+    from orchestrator.errors import TaskFailed
+    from orchestrator.hosts.local import LocalHost
+    from tasks.config import load_config
+    from tasks.service.launch import service_log_path, service_pid_path
+    from tasks.service.lifecycle import ServiceLifecycle
+
+    path = tmp_path / "campaign.toml"
+    path.write_text(textwrap.dedent(f"""\
+        [host]
+        kind = "ssh"
+        python = "{sys.executable}"
+        [[nodes]]
+        alias = "head"
+        ip = "10.0.0.11"
+        interface = "eth0"
+        workdir = "{tmp_path / 'node0'}"
+        [[nodes]]
+        alias = "worker"
+        ip = "10.0.0.12"
+        interface = "eth0"
+        workdir = "{tmp_path / 'node1'}"
+        [service]
+        model = "/models/m"
+        tensor_parallel = 2
+        """))
+    config, _ = load_config(path, UNITS)
+    session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path,
+                      host_factory=LocalHost, node_host_factory=lambda index: LocalHost())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # a pid no process has now
+    for node, (died_at, last_line) in zip(session.nodes, [(2000.0, "EngineDeadError: the engine died"),
+                                                          (1000.0, "(Worker_TP1) decoding")], strict=True):
+        for file, text in ((service_pid_path(session, node), gone), (service_log_path(session, node), last_line)):
+            Path(file).parent.mkdir(parents=True, exist_ok=True)
+            Path(file).write_text(text + "\n")
+        os.utime(service_log_path(session, node), (died_at, died_at))
+    try:
+        ServiceLifecycle(session).fail_if_node_died("during the c=1 run")
+        raise AssertionError("no failure with both nodes gone")
+    except TaskFailed as failed:
+        assert str(failed).startswith("vLLM on node 1 (worker) exited during the c=1 run; then on node 0 (head)"), str(failed)
+        assert "Worker_TP1" in failed.output_tail and "EngineDeadError" not in failed.output_tail
