@@ -552,7 +552,7 @@ def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_pa
     from orchestrator.hosts.local import LocalHost
     from tasks.config import load_config
     from tasks.service.launch import service_log_path, service_pid_path
-    from tasks.service.lifecycle import ServiceLifecycle
+    from tasks.service.node_deaths import fail_if_node_died
 
     path = tmp_path / "campaign.toml"
     path.write_text(textwrap.dedent(f"""\
@@ -585,7 +585,7 @@ def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_pa
             Path(file).write_text(text + "\n")
         os.utime(service_log_path(session, node), (died_at, died_at))
     try:
-        ServiceLifecycle(session).fail_if_node_died("during the c=1 run")
+        fail_if_node_died(session, "during the c=1 run")
         raise AssertionError("no failure with both nodes gone")
     except TaskFailed as failed:
         assert str(failed).startswith("vLLM on node 1 (worker) exited during the c=1 run; then on node 0 (head)"), str(failed)

@@ -104,10 +104,10 @@ def require_live_server(session: Session, failed: int, requests: int, examples: 
     host = session.host()
     status, _ = host.http_get(session.config.service.port, "/health", timeout_s=5)
     if status != 200 and session.multi_node:
-        from tasks.service.lifecycle import ServiceLifecycle
+        from tasks.service.node_deaths import fail_if_node_died
 
-        ServiceLifecycle(session).fail_if_node_died(
-            f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
+        fail_if_node_died(
+            session, f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
     if status != 200:
         log = f"{session.workdir}/service/vllm.log"
         tail = tail_lines(host.read_text(log, 200_000), 30) if host.run(

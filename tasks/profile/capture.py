@@ -172,9 +172,9 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
     require_live_server(session, summary["failed"], len(load["requests"]), summary["failure_examples"],
                         "profiled")
     if session.multi_node:
-        from tasks.service.lifecycle import ServiceLifecycle
+        from tasks.service.node_deaths import fail_if_node_died
 
-        ServiceLifecycle(session).fail_if_node_died("during the capture")
+        fail_if_node_died(session, "during the capture")
     ranks = await_rank_traces(session, before, tp)
     for node in session.nodes:
         wait_complete(session, [name for rank, name in ranks.items() if ranks.nodes[rank] == node.index],

@@ -108,38 +108,6 @@ class ServiceLifecycle:
         host = self.session.node_host(node.index)
         return self.masked(tail_lines(host.read_text(service_log_path(self.session, node), 200_000), LOG_TAIL_LINES))
 
-    def dead_nodes(self) -> list[Node]:
-        """Nodes whose part of a multi-node server is gone (empty for one host)."""
-        if not self.session.multi_node:
-            return []
-        return [node for node, pid in self.node_pids() if pid is None]
-
-    def fail_if_node_died(self, during: str) -> None:
-        """A node's server died: fail naming it, with its log's last lines (the head alone
-        answers 503 and logs only that its engine died). One node's death takes the others down
-        after it (seen in CI: node 1 SIGKILLed, and by the next poll of a loaded machine the head
-        had exited too, and was named): with several gone, the one named first is the one whose
-        log was last written earliest (a killed server writes nothing more; the others log their
-        engine's death before they exit), the others after it."""
-        dead = self.dead_nodes()
-        if dead:
-            if len(dead) > 1:
-                dead.sort(key=self.log_written_at)
-            first, *after = dead
-            then = f"; then on {', '.join(node.label for node in after)}" if after else ""
-            raise TaskFailed(f"vLLM on {first.label} exited {during}{then}; `orchestrate resume` relaunches"
-                             " every node", output_tail=self.node_log_tail(first))
-
-    def log_written_at(self, node: Node) -> float:
-        """When the node's server log was last written, by the node's clock (inf if unknown)."""
-        answer = self.session.node_host(node.index).run(
-            [node.python, "-c", "import os, sys; print(os.stat(sys.argv[1]).st_mtime)",
-             service_log_path(self.session, node)], check=False, timeout_s=30)
-        try:
-            return float(answer.stdout.strip())
-        except ValueError:
-            return float("inf")
-
     def masked(self, text: str) -> str:
         """The server may print its environment: `service.env` values stay in its own log on
         the host, never in a message, the todo file or the findings."""
