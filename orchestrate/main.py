@@ -69,10 +69,11 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
 
         units = UNITS
     from tasks.analysis.analyze_command import ANALYZE
+    from tasks.experiments.ledger import LEDGER
     from tasks.synthesis.compare_command import COMPARE
 
     return cli.main(argv, opener(units), description=__doc__.splitlines()[0],
-                    extra={"compare": COMPARE, "analyze": ANALYZE})
+                    extra={"compare": COMPARE, "analyze": ANALYZE, "ledger": LEDGER})
 
 
 if __name__ == "__main__":

@@ -34,14 +34,21 @@ class TaskContext:
     artifacts_dir: Path
     state: TodoState
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    scope: str = ""
+    """The task's scope (its spec's): results are read from the scope's own todos first."""
     log: Callable[[str], None] = print
     progress: Callable[..., None] = lambda label, done, total, unit="", note="": None
     """How far a long step of the task is: ``progress(label, done, total, unit, note)``; shown
     live on a terminal, as throttled lines elsewhere (orchestrator/progress.py)."""
 
     def result_of(self, task_id: str, model: type[ResultT]) -> ResultT:
-        """The completed result of ``task_id`` as its typed model (a dependency's, usually)."""
-        todo = self.state.by_id().get(task_id)
+        """The completed result of ``task_id`` as its typed model (a dependency's, usually). A
+        scoped task (an experiment's re-run of a phase) reads its scope's version of the task
+        where the scope has one, the campaign's otherwise."""
+        todos = self.state.by_id()
+        if self.scope and self.scope + task_id in todos:
+            task_id = self.scope + task_id
+        todo = todos.get(task_id)
         if todo is None or todo.status != Status.completed or todo.result is None:
             raise TaskFailed(f"'{self.task_id}' needs the result of '{task_id}', which has none;"
                              f" `orchestrate reset {task_id}` and `orchestrate resume`")
@@ -53,7 +60,13 @@ class TaskContext:
 
 
 class Need(Protocol):
-    """A resource a task needs held while it runs, e.g. the server up, or the GPUs free."""
+    """A resource a task needs held while it runs, e.g. the server up, or the GPUs free.
+
+    Conflicts are symmetric: ensuring a need drops every held need that it lists or that lists
+    it. A need named ``role@variant`` (an experiment's own server) is the variant of ``role``:
+    its facts reach the task under both names, so a phase's action reads ``ctx.facts[role]``
+    whichever variant it runs on.
+    """
 
     name: str
     conflicts: frozenset[str]
@@ -78,6 +91,9 @@ class TaskSpec:
     priority: Priority = Priority.medium
     result_model: type[BaseModel] | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
+    scope: str = ""
+    """A prefix of ids this task belongs to (an experiment's chain): its reads of other tasks'
+    results resolve to the scope's todos first (``TaskContext.result_of``)."""
 
 
 @dataclass
@@ -92,6 +108,21 @@ class Campaign:
     """`orchestrate check`: what would stop the campaign, found before anything long starts."""
     stop: Callable[[], list[str]] | None = None
     """`orchestrate stop`: stop what the campaign started on the host; a line per thing done."""
+    grow: Callable[[TodoState], list[TaskSpec]] | None = None
+    """Tasks that results call for (the todo list grows from the findings, e.g. an experiment
+    for each option a decision record prioritised): asked after every completed todo and when
+    the state is loaded; specs already declared are ignored."""
+
+    def extend(self, state: TodoState | None) -> list[TaskSpec]:
+        """Add the specs ``grow`` asks for given ``state``; returns the ones that are new."""
+        if self.grow is None or state is None:
+            return []
+        known = {spec.id for spec in self.tasks}
+        new = [spec for spec in self.grow(state) if spec.id not in known]
+        self.tasks.extend(new)
+        if new:
+            validate_graph(self)
+        return new
 
 
 @dataclass(frozen=True)

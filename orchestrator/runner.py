@@ -56,6 +56,7 @@ def merge_plan(campaign: Campaign, state: TodoState | None, state_path: Path) ->
     New tasks are added as pending; a recorded task the campaign no longer declares is an
     error (its results would silently vanish from the report).
     """
+    campaign.extend(state)  # what the recorded results called for is declared too
     if state is None:
         return TodoState(campaign=campaign.name, todos=[todo_from_spec(s) for s in campaign.tasks])
     if state.campaign != campaign.name:
@@ -123,6 +124,7 @@ class Runner:
         validate_graph(self.campaign)
         with StateLock(self.state_path), _sigterm_as_interrupt():
             state = merge_plan(self.campaign, load_state(self.state_path), self.state_path)
+            self.specs = {spec.id: spec for spec in self.campaign.tasks}  # with what it grew
             check_stored_results(self.campaign, state, self.state_path)
             for todo in state.todos:
                 if todo.status == Status.failed:
@@ -134,6 +136,7 @@ class Runner:
             while (todo := self._next(state)) is not None:
                 try:
                     self._run_one(state, todo)
+                    self._grow(state)
                 except ConnectionLost as lost:
                     # The host went away mid-task; the transport reconnects with backoff, and
                     # the task (idempotent) runs again within its attempt limit.
@@ -142,6 +145,17 @@ class Runner:
                     save_state(self.state_path, state)
             self._finish(state)
             return state
+
+    def _grow(self, state: TodoState) -> None:
+        """New todos the results now call for, appended pending (and saved) before the next pick."""
+        new = self.campaign.extend(state)
+        if not new:
+            return
+        for spec in new:
+            self.specs[spec.id] = spec
+            state.todos.append(todo_from_spec(spec))
+        save_state(self.state_path, state)
+        self.log(f"the todo list grew by {len(new)}: {', '.join(spec.id for spec in new)}")
 
     def _interrupted(self, todo: Todo) -> None:
         """A todo in progress when we took the lock was cut short by a controller that died
@@ -221,6 +235,7 @@ class Runner:
         started = time.monotonic()
         ctx = TaskContext(
             task_id=todo.id,
+            scope=spec.scope,
             artifacts_dir=self.campaign.artifacts_dir / todo.id,
             state=state,
             log=lambda line: self.log(f"[{todo.id}] {line}"),
@@ -230,6 +245,7 @@ class Runner:
             for need in spec.needs:
                 self._ensure(need, ctx)
             ctx.facts = {need: self.facts.get(need, {}) for need in spec.needs}
+            ctx.facts |= {need.split("@", 1)[0]: ctx.facts[need] for need in spec.needs if "@" in need}
             result = result_document(spec, spec.action(ctx))
         except TaskSkipped as skip:
             todo.skipped_reason = str(skip)
@@ -276,7 +292,8 @@ class Runner:
     def _ensure(self, name: str, ctx: TaskContext) -> None:
         need = self.campaign.needs[name]
         self.facts[name] = need.ensure(ctx)
-        self.held -= need.conflicts
+        self.held = {held for held in self.held
+                     if held not in need.conflicts and name not in self.campaign.needs[held].conflicts}
         self.held.add(name)
 
     def _finish(self, state: TodoState) -> None:

@@ -19,6 +19,15 @@ from orchestrator.validation import one_line
 from tasks.unit import PhaseUnit, Section
 
 
+EMBEDDED_EXPERIMENTS = [
+    # The embedded default checks two of its own predictions by running them (the capture is at
+    # c=1, so single stream is the prediction's level): TP 2 -> 1, and n-gram speculative
+    # decoding (its acceptance from vLLM's own counters; no trace needed for that).
+    {"option": "lower_tp", "serving": "single"},
+    {"option": "speculative_decoding", "serving": "single", "capture": False},
+]
+
+
 def config_model(units: list[PhaseUnit]) -> type[Section]:
     """The pydantic model of a campaign.toml for these units."""
     selectable = tuple(unit.name for unit in units if unit.selectable)
@@ -35,6 +44,9 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
         applied_option=(str | None, Field(None, description="the decision option this campaign applied"
                                           " (its id): a comparison shows its predicted gain beside the realised one")),
         decision_rules=(str | None, Field(None, description="a decision rules file replacing the shipped one")),
+        auto_experiments=(bool, Field(False, description="besides the [[experiments]] listed, run the options the"
+                                      " decision record calls for (what experiments = 'auto' does alone)")),
+        max_experiments=(int, Field(3, ge=0, le=50, description="experiments 'auto' adds at most")),
         __validators__={"unique": field_validator("phases")(_unique)},
     )
     fields: dict[str, Any] = {"campaign": (campaign_section, Field(default_factory=campaign_section))}
@@ -59,7 +71,8 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
     if not path.exists():
         if explicit:
             raise InputError(f"{path}: no such config file; check --config")
-        return model(), "embedded default"
+        embedded = {"experiments": EMBEDDED_EXPERIMENTS} if "experiments" in model.model_fields else {}
+        return model(**embedded), "embedded default"
     fix = "see campaign.example.toml for the keys and their meaning"
     if path.is_dir():
         raise InputError(f"{path}: is a folder; --config names the campaign's TOML file")

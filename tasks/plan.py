@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.campaign import Campaign, Check, Need
+from orchestrator.schema import TodoState
 from tasks.findings import write_findings
 from tasks.session import Session
 from tasks.unit import PhaseUnit, enabled_units
@@ -18,17 +21,24 @@ def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
     for unit in units:
         if unit.needs is not None:
             needs |= unit.needs(session)
-    return Campaign(
+    campaign = Campaign(
         name=session.config.campaign.name,
         tasks=specs,
         needs=needs,
         artifacts_dir=session.artifacts_dir,
-        report=lambda state: write_findings(session, state, enabled, {s.id: s for s in specs}),
         max_attempts=session.config.campaign.max_attempts,
         preflight=lambda: preflight(session, enabled),
         # Every unit's, enabled or not: what an earlier configuration started is ours to stop too.
         stop=lambda: [line for unit in units if unit.stop is not None for line in unit.stop(session)],
+        grow=lambda state: [spec for unit in enabled if unit.grow is not None for spec in unit.grow(session, state)],
     )
+
+    def report(state: TodoState) -> list[Path]:
+        campaign.extend(state)  # the todos the results called for have their specs too
+        return write_findings(session, state, enabled, {spec.id: spec for spec in campaign.tasks})
+
+    campaign.report = report
+    return campaign
 
 
 def preflight(session: Session, enabled: list[PhaseUnit]) -> list[Check]:

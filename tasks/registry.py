@@ -5,7 +5,7 @@ Adding a phase: write its unit (a package under tasks/ with ``UNIT``), add it he
 
 from __future__ import annotations
 
-from tasks import allreduce, analysis, commands, gemm, host, macro, model, profile, service
+from tasks import allreduce, analysis, commands, experiments, gemm, host, macro, model, profile, service
 from tasks.unit import PhaseUnit
 
 UNITS: list[PhaseUnit] = [
@@ -18,4 +18,5 @@ UNITS: list[PhaseUnit] = [
     gemm.UNIT,
     allreduce.UNIT,
     commands.UNIT,
+    experiments.UNIT,
 ]

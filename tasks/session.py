@@ -40,6 +40,9 @@ class Session:
     """The names of the units this campaign runs (asked for, and what they require)."""
     node_host_factory: Callable[[int], Host] | None = None
     """Builds the transport to node N > 0 of a multi-node campaign."""
+    service_variant: str | None = None
+    """An experiment's session: the server it launches is this variant of the campaign's (its own
+    log and trace folder on the host; the one pid file, since one server holds the port)."""
     _host: Host | None = field(default=None, repr=False)
     _node_hosts: dict[int, Host] = field(default_factory=dict, repr=False)
     _shipped: set[tuple[int, Path]] = field(default_factory=set, repr=False)
@@ -103,6 +106,14 @@ class Session:
         import sys
 
         return sys.executable if self.config.host.kind == "local" else "python3"
+
+    def variant(self, name: str, config: Any) -> Session:
+        """A session for experiment ``name`` serving with ``config``: the same host connections
+        (made once, shared) and enabled units, its own server identity."""
+        return Session(config=config, state_path=self.state_path, reports_dir=self.reports_dir,
+                       host_factory=self.host, enabled=self.enabled,
+                       node_host_factory=self.node_host, service_variant=name,
+                       _node_hosts=self._node_hosts, _shipped=self._shipped)
 
     def host(self) -> Host:
         if self._host is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.campaign import Check, Need, TaskSpec
+from orchestrator.schema import TodoState
 
 if TYPE_CHECKING:
     from tasks.session import Session
@@ -54,6 +55,8 @@ class PhaseUnit:
     """Its part of `orchestrate check`: quick looks at the host that find what would fail later."""
     stop: Callable[[Session], list[str]] | None = None
     """Its part of `orchestrate stop`: stop what it started on the host, a line per thing done."""
+    grow: Callable[[Session, TodoState], list[TaskSpec]] | None = None
+    """Tasks its todos' results call for (experiments of the options a decision record chose)."""
 
 
 def enabled_units(units: list[PhaseUnit], phases: list[str]) -> list[PhaseUnit]:

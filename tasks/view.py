@@ -20,14 +20,24 @@ class Findings:
     """What a section may read: typed results of completed todos, and where the document lives."""
 
     def __init__(self, session: Session, state: TodoState, folder: Path,
-                 specs: dict[str, TaskSpec] | None = None) -> None:
+                 specs: dict[str, TaskSpec] | None = None, overrides: dict[str, str | None] | None = None) -> None:
         self.session = session
         self.state = state
         self.folder = folder
         self.specs = specs or {}
+        self.overrides = overrides or {}
         self._todos = state.by_id()
 
+    def seen_through(self, overrides: dict[str, str | None], session: Session | None = None) -> Findings:
+        """The same results with some tasks read from others: an experiment's view, where
+        `macro_single` is its `exp_<name>_macro_single` (None: it did not measure that)."""
+        return Findings(session or self.session, self.state, self.folder, self.specs, overrides)
+
     def result(self, task_id: str, model: type[ResultT]) -> ResultT | None:
+        if task_id in self.overrides:
+            task_id = self.overrides[task_id]
+            if task_id is None:
+                return None
         todo = self._todos.get(task_id)
         if todo is None or todo.status != Status.completed or todo.result is None:
             return None

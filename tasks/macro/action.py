@@ -14,7 +14,7 @@ from tasks.macro.metrics import summarize
 from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
 from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun
 from tasks.model import ModelFacts
-from tasks.service.launch import served_name, service_pid_path
+from tasks.service.launch import served_name, service_log_path, service_pid_path
 from tasks.session import Session
 
 LOADGEN_SCRIPT = Path(__file__).parent / "remote" / "loadgen.py"
@@ -109,7 +109,7 @@ def require_live_server(session: Session, failed: int, requests: int, examples: 
         fail_if_node_died(
             session, f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
     if status != 200:
-        log = f"{session.workdir}/service/vllm.log"
+        log = service_log_path(session)
         tail = tail_lines(host.read_text(log, 200_000), 30) if host.run(
             ["test", "-f", log], check=False, timeout_s=30).exit_code == 0 else ""
         raise TaskFailed(f"the vLLM server stopped answering during the {run} run ({failed} of {requests}"

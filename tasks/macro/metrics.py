@@ -89,6 +89,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     summary["scheduling"] = run.get("scheduling")
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
     summary["prefix_cache_hit_pct"] = prefix_cache_hit_pct(run.get("server_metrics_delta") or {})
+    summary["spec_decode"] = spec_decode_view(run.get("server_metrics_delta") or {})
     prompts = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
     summary["prompt_tokens_mean"] = sum(prompts) / len(prompts) if prompts else None
     return summary
@@ -101,6 +102,27 @@ def prefix_cache_hit_pct(delta: dict[str, float]) -> float | None:
     if not queries:
         return None
     return delta.get("vllm:prefix_cache_hits_total", 0.0) / queries * 100
+
+
+SPEC_PREFIX = "vllm:spec_decode_num_"
+
+
+def spec_decode_view(delta: dict[str, float]) -> dict[str, Any] | None:
+    """Speculative decoding over the run from vLLM's own counters: drafts, draft tokens, accepted
+    tokens, and per draft position the share of drafts accepted there. The mean acceptance length
+    (tokens a verify step yields, the bonus token included) is 1 + accepted / drafts, as vLLM logs
+    it. None where the server does not speculate."""
+    drafts = delta.get(SPEC_PREFIX + "drafts_total")
+    if not drafts:
+        return None
+    accepted = delta.get(SPEC_PREFIX + "accepted_tokens_total", 0.0)
+    draft_tokens = delta.get(SPEC_PREFIX + "draft_tokens_total", 0.0)
+    positions = sorted((int(key.rsplit("[", 1)[1].rstrip("]")), value) for key, value in delta.items()
+                       if key.startswith(SPEC_PREFIX + "accepted_tokens_per_pos_total["))
+    return {"drafts": int(drafts), "draft_tokens": int(draft_tokens), "accepted_tokens": int(accepted),
+            "mean_acceptance_length": 1 + accepted / drafts,
+            "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+            "acceptance_by_position": [value / drafts for _, value in positions]}
 
 
 def achieved_rate(records: list[dict[str, Any]]) -> float | None:

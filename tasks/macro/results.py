@@ -75,6 +75,18 @@ class Noise(Result):
         return any(note.startswith("flagged") for note in self.notes)
 
 
+class SpecDecode(Result):
+    """Speculative decoding over a level, from vLLM's /metrics counters (tasks/macro/metrics.py)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted_tokens: int
+    mean_acceptance_length: float = Field(description="1 + accepted / drafts: tokens a verify step yields")
+    draft_acceptance_rate: float | None = Field(None, description="accepted / draft tokens")
+    acceptance_by_position: list[float] = Field(default_factory=list, description=(
+        "per draft position, the share of drafts whose token there was accepted"))
+
+
 class LevelSummary(Result):
     concurrency: int
     requests: int
@@ -103,6 +115,7 @@ class LevelSummary(Result):
     prefix_cache_hit_pct: float | None = Field(None, description=(
         "prompt tokens served from the prefix cache, % of those looked up (/metrics); prompts carry"
         " unique prefixes, so above 0 means the server reused something it should not have"))
+    spec_decode: SpecDecode | None = Field(None, description="speculative decoding counters, when the server speculates")
     latencies: list[tuple[float, float | None, float]] | None = Field(
         None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time")
 

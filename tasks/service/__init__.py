@@ -101,7 +101,8 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
 
 def _needs(session: Session) -> dict[str, Need]:
-    from tasks.service.lifecycle import AcceleratorsFreeNeed, ServiceLifecycle, ServiceNeed
+    from tasks.service.lifecycle import ServiceLifecycle
+    from tasks.service.needs import AcceleratorsFreeNeed, ServiceNeed
 
     lifecycle = ServiceLifecycle(session)
     return {"service": ServiceNeed(lifecycle), "accelerators_free": AcceleratorsFreeNeed(lifecycle)}

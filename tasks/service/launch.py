@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,11 +21,29 @@ def served_name(session: Session) -> str:
 
 
 def profiler_dir(session: Session, node: Node | None = None) -> str:
-    return f"{(node.workdir if node else session.workdir)}/traces"
+    """Where the server's profiler writes; an experiment's server has a folder of its own."""
+    base = f"{(node.workdir if node else session.workdir)}/traces"
+    return f"{base}/{session.service_variant}" if session.service_variant else base
 
 
 def uses_profiler(session: Session) -> bool:
     return "profile" in session.enabled
+
+
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def fill_placeholders(part: str, values: dict[str, str]) -> str:
+    """`{model}`, `{port}`, `{tp}`, `{profiler_config}`, `{python}` filled; every other brace is
+    the user's (a JSON argument such as `{"method": "ngram"}` passes as written, no escaping)."""
+    def one(match: re.Match[str]) -> str:
+        if match[1] not in values:
+            raise InputError(f"service.command: unknown placeholder {{{match[1]}}} in {part!r}; the placeholders"
+                             " are {model} {port} {tp} {profiler_config} {python} (other braces, JSON"
+                             " included, pass as written)")
+        return values[match[1]]
+
+    return PLACEHOLDER.sub(one, part)
 
 
 @dataclass
@@ -40,7 +59,15 @@ def service_pid_path(session: Session, node: Node | None = None) -> str:
 
 
 def service_log_path(session: Session, node: Node | None = None) -> str:
-    return f"{(node.workdir if node else session.workdir)}/service/vllm.log"
+    """The server's log; an experiment's server logs beside it (`service/<variant>.vllm.log`)."""
+    name = f"{session.service_variant}.vllm.log" if session.service_variant else "vllm.log"
+    return f"{(node.workdir if node else session.workdir)}/service/{name}"
+
+
+def service_identity_path(session: Session) -> str:
+    """Which server of ours the pid file's process is: 'base' or the experiment's name (written
+    at launch), so a need for another variant stops it instead of adopting it."""
+    return f"{session.workdir}/service/vllm.variant"
 
 
 def cpu_thread_binding(cores: int, ranks: int) -> str:
@@ -64,11 +91,7 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
     if cfg.command:
         values = {"model": model, "port": str(cfg.port), "tp": str(cfg.tensor_parallel),
                   "profiler_config": profiler, "python": session.python}
-        try:
-            argv = [part.format(**values) for part in cfg.command]
-        except KeyError as err:
-            raise InputError(f"service.command: unknown placeholder {err}; use {{model}} {{port}}"
-                             " {tp} {profiler_config} {python}") from None
+        argv = [fill_placeholders(part, values) for part in cfg.command]
         return LaunchPlan(argv + cfg.extra_args, collective_defaults(host.accelerator) | cfg.env, "custom")
     if launcher == "auto":
         launcher = "vllm-serve" if host.accelerator == "cuda" else "vllm-cpu"

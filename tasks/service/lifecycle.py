@@ -24,6 +24,7 @@ from tasks.service.launch import (
     launch_plan,
     profiler_dir,
     served_name,
+    service_identity_path,
     service_log_path,
     service_pid_path,
 )
@@ -67,7 +68,18 @@ class ServiceLifecycle:
     # -- paths on the host ----------------------------------------------------------------
     @property
     def log_path(self) -> str:
-        return f"{self.session.workdir}/service/vllm.log"
+        return service_log_path(self.session)
+
+    @property
+    def identity(self) -> str:
+        """Which of the campaign's servers this lifecycle runs: 'base' or an experiment's name."""
+        return self.session.service_variant or "base"
+
+    def running_identity(self) -> str:
+        """The identity our launched server was started with ('base' for one started before
+        identities were written)."""
+        text = self.session.host().read_text(service_identity_path(self.session), 1000)
+        return text.strip() or "base"
 
     @property
     def pid_path(self) -> str:
@@ -127,13 +139,32 @@ class ServiceLifecycle:
         self.stop_nodes()  # multi-node: the other nodes' parts too, before all are launched again
 
     # -- the need "service" ---------------------------------------------------------------
+    def stop_other_variant(self, ctx: TaskContext) -> None:
+        """A server of ours launched for another variant (the campaign's, or another
+        experiment's) holds the port and the accelerators: stopped, so this one can launch."""
+        pid = self.our_pid()
+        if pid is None:
+            return
+        other = self.running_identity()
+        if other == self.identity:
+            return
+        ctx.log(f"stopping the '{other}' server (process group {pid}) to launch the '{self.identity}' one")
+        self.stop_nodes()
+        self.known = ServiceState()
+
     def ensure_running(self, ctx: TaskContext) -> dict[str, Any]:
+        self.stop_other_variant(ctx)
         served = self.serving_model()
         expected = served_name(self.session)
         if self.session.multi_node and self.settle_nodes(ctx):
             served = self.serving_model()
         if self.known.facts and served == expected:
             return self.known.facts  # already up in this process: nothing to do
+        if served is not None and self.session.service_variant and self.our_pid() is None:
+            raise TaskFailed(
+                f"port {self.session.config.service.port} on {self.session.host().name} is held by a server"
+                f" this campaign did not launch; experiment '{self.identity}' launches its own server"
+                " with the option applied, so stop that one first")
         if served is not None:
             if served != expected:
                 raise TaskFailed(
@@ -180,6 +211,9 @@ class ServiceLifecycle:
             host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session, node))}", timeout_s=30)
             pids.append(host.start_detached(plan.argv, service_log_path(self.session, node),
                                             service_pid_path(self.session, node), env=plan.env))
+            if node.index == 0:
+                host.run(f"printf '%s\\n' {shlex.quote(self.identity)} > {shlex.quote(service_identity_path(self.session))}",
+                         timeout_s=30)
             where = f" on {node.label}" if self.session.multi_node else ""
             ctx.log(f"launched {plan.launcher} server pid {pids[-1]}{where}: {shlex.join(plan.argv)}")
         return pids[0]
@@ -350,33 +384,3 @@ def busy_gpus(csv_text: str, limit_mib: int = GPU_MEMORY_FREE_MIB) -> list[str]:
         if len(fields) >= 2 and fields[1].isdigit() and int(fields[1]) > limit_mib:
             busy.append(f"GPU {fields[0]}: {fields[1]} MiB used")
     return busy
-
-
-class ServiceNeed:
-    name = "service"
-    conflicts = frozenset({"accelerators_free"})
-
-    def __init__(self, lifecycle: ServiceLifecycle) -> None:
-        self.lifecycle = lifecycle
-
-    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
-        return self.lifecycle.ensure_running(ctx)
-
-    def finish(self) -> None:
-        # The campaign is over: stop a server we launched; leave one we adopted alone.
-        if any(pid is not None for _, pid in self.lifecycle.node_pids()):
-            self.lifecycle.ensure_stopped()
-
-
-class AcceleratorsFreeNeed:
-    name = "accelerators_free"
-    conflicts = frozenset({"service"})
-
-    def __init__(self, lifecycle: ServiceLifecycle) -> None:
-        self.lifecycle = lifecycle
-
-    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
-        return self.lifecycle.ensure_stopped(ctx)
-
-    def finish(self) -> None:
-        return None

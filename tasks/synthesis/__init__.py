@@ -29,12 +29,14 @@ def closing_sections(findings: Findings) -> list[str]:
     from tasks.synthesis.step_model import step_model_section
     from tasks.synthesis.summary import bottleneck_section
 
+    from tasks.experiments.section import experiments_section
+
     figures = key_figures(findings)
     rules = campaign_rules(findings)
     record = decide(rule_figures(figures, rules.assumptions), rules)
     return [crosscheck_section(figures, figures.capture), step_model_section(figures), bottleneck_section(figures),
-            decision_section(figures, rules, record), baseline_section(figures, findings, record),
-            configuration_section(findings)]
+            decision_section(figures, rules, record, findings), experiments_section(findings, rules),
+            baseline_section(figures, findings, record), configuration_section(findings)]
 
 
 def campaign_rules(findings: Findings):  # noqa: ANN201 - tasks.synthesis.decisions.Rules

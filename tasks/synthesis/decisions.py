@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from orchestrator.errors import InputError
 
 RULES_PATH = Path(__file__).with_name("decision_rules.toml")
@@ -126,29 +128,82 @@ class Option:
     rank: int | None = None
 
 
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ApplySpec(_Strict):
+    """How an experiment applies the option by configuration (its default; [[experiments]] may
+    replace it). ``tensor_parallel`` may be an expression of the rule figures, e.g. "tp / 2"."""
+
+    extra_args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    tensor_parallel: int | str | None = None
+    model: str | None = None
+    requires: str | None = Field(None, description="what a user must give for it to be applied (then"
+                                 " `experiments = 'auto'` leaves it out and says this)")
+
+
+class OptionSpec(_Strict):
+    id: str = Field(pattern=r"^[a-z0-9_]{1,40}$")
+    title: str
+    when: str
+    gain_ms: str
+    why: str
+    compromises_precision: bool = False
+    apply: ApplySpec | None = None
+    measured: dict[str, str] = Field(default_factory=dict, description=(
+        "after an experiment: each formula input -> an expression of the variant's figures (x_...)"
+        " and the campaign's; the record is re-evaluated with these in place of the assumptions"))
+
+
+class RulesFile(_Strict):
+    min_gain_pct: float = DEFAULT_MIN_GAIN_PCT
+    assumptions: dict[str, float] = Field(default_factory=dict)
+    option: list[OptionSpec] = Field(min_length=1)
+
+
 @dataclass
 class Rules:
     options: list[dict[str, Any]]
     assumptions: dict[str, float]
     min_gain_pct: float
     path: Path
+    specs: dict[str, OptionSpec] = field(default_factory=dict)
 
 
 def load_rules(path: Path = RULES_PATH) -> Rules:
+    """The rules file, every key checked (a misspelt key is an error, not a silent default)."""
     try:
         document = tomllib.loads(path.read_text())
-        options = document["option"]
-        for option in options:
-            for key in ("id", "title", "when", "gain_ms", "why"):
-                if key not in option:
-                    raise KeyError(f"option '{option.get('id', '?')}' has no '{key}'")
-        assumptions = {k: float(v) for k, v in document.get("assumptions", {}).items()}
-        return Rules(options, assumptions, float(document.get("min_gain_pct", DEFAULT_MIN_GAIN_PCT)), path)
-    except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as err:
-        raise InputError(f"{path}: bad decision rules ({err}); each [[option]] needs id, title, when,"
-                         " gain_ms, why") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
     except OSError as err:
         raise InputError(f"{path}: cannot be read ({err.strerror}); check the rules path") from None
+    try:
+        parsed = RulesFile.model_validate(document)
+    except ValidationError as err:
+        raise InputError(rules_error(path, document, err)) from None
+    ids = [option.id for option in parsed.option]
+    if len(set(ids)) != len(ids):
+        raise InputError(f"{path}: an option id appears twice ({sorted(i for i in ids if ids.count(i) > 1)[0]});"
+                         " give each [[option]] its own id")
+    return Rules([option.model_dump() for option in parsed.option], parsed.assumptions, parsed.min_gain_pct,
+                 path, {option.id: option for option in parsed.option})
+
+
+def rules_error(path: Path, document: dict[str, Any], err: ValidationError) -> str:
+    """One line: the option (by id), the key and what is wrong with it."""
+    first = err.errors()[0]
+    loc = list(first["loc"])
+    where = ".".join(str(part) for part in loc)
+    if len(loc) >= 2 and loc[0] == "option" and isinstance(loc[1], int):
+        options = document.get("option") or []
+        option_id = options[loc[1]].get("id", f"#{loc[1] + 1}") if loc[1] < len(options) else f"#{loc[1] + 1}"
+        where = f"option '{option_id}' key '{'.'.join(str(p) for p in loc[2:]) or '(the table)'}'"
+    fix = ("unknown key: check its spelling against decision_rules.toml's header" if first["type"] == "extra_forbidden"
+           else "each [[option]] needs id, title, when, gain_ms, why")
+    return f"{path}: {where}: {first['msg']}; {fix}"
 
 
 def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:

@@ -45,6 +45,8 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out.update(_allreduce_figures(figures))
     out.update(_gemm_figures(figures, assumptions))
     out["moe_layers"] = moe_layers(shapes) if shapes else None
+    out["layers"] = float(shapes.num_layers) if shapes else None
+    out["kv_read_ms"] = kv_read_ms(figures)
     out["fits_half_tp"] = _fits_half_tp(figures)
     out.update(assumptions)
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
@@ -145,6 +147,10 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
     tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
     now = predict_gemm(shapes, gemm, tokens or 1, experts=False)
     as_int4 = predict_gemm_as_w4a16(shapes, gemm, tokens or 1)
+    # vLLM keeps the lm_head in bf16 unless the checkpoint quantizes it: it saves nothing.
+    quantized = shapes.model_copy(update={"layers": [layer for layer in shapes.layers if layer.name != "lm_head"]})
+    now, as_int4 = (predict_gemm(quantized, gemm, tokens or 1, experts=False),
+                    predict_gemm_as_w4a16(quantized, gemm, tokens or 1))
     delta = (now.ms_per_step - as_int4.ms_per_step if now and as_int4 and not as_int4.missing else None)
     k = int(assumptions.get("spec_tokens", 3))
     at_now, wider = dense_gemm_ms_at(shapes, gemm, tokens or 1), dense_gemm_ms_at(shapes, gemm, (tokens or 1) * (k + 1))
@@ -152,6 +158,45 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
     floor = weight_bytes_per_step(shapes, tokens or 1) / (gemm.copy_ceiling_gbps * 1e6) if gemm.copy_ceiling_gbps else None
     return {"w4a16_gemm_delta_ms": 0.0 if shapes.weight_dtype != "bf16" else delta,
             "spec_verify_extra_ms": verify, "weight_floor_ms": floor}
+
+
+def kv_bytes_per_token(config: dict[str, Any], tp: int) -> float | None:
+    """KV-cache bytes one token holds on one rank (bf16): K and V of every layer, the KV heads
+    split over the ranks (at least one a rank); MLA models (kv_lora_rank) cache one latent and
+    the rope key a layer, on every rank."""
+    text = config.get("text_config") or config
+    layers = text.get("num_hidden_layers")
+    if not layers:
+        return None
+    if text.get("kv_lora_rank"):
+        return float(layers * (text["kv_lora_rank"] + text.get("qk_rope_head_dim", 0)) * 2)
+    heads = text.get("num_attention_heads")
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and text.get("hidden_size") else None)
+    if not (kv_heads and head_dim):
+        return None
+    return float(layers * 2 * max(1, kv_heads // max(1, tp)) * head_dim * 2)
+
+
+def kv_read_ms(figures: KeyFigures) -> float | None:
+    """ms a decode step spends reading the KV cache at the copy bandwidth: the capture's batch,
+    each sequence at its mean context during decode (prompt + half the output)."""
+    import json
+    from pathlib import Path
+
+    model, gemm, capture = figures.model, figures.gemm, figures.capture
+    if not (model and gemm and gemm.copy_ceiling_gbps and capture):
+        return None
+    try:
+        config = json.loads(Path(model.config_artifact).read_text())
+    except (OSError, ValueError):
+        return None
+    per_token = kv_bytes_per_token(config, figures.tp)
+    if per_token is None:
+        return None
+    context = capture.input_tokens + capture.output_tokens / 2
+    batch = figures.rank0.decode_tokens_per_step if figures.rank0 else capture.concurrency
+    return per_token * context * (batch or 1) / (gemm.copy_ceiling_gbps * 1e6)
 
 
 def dense_gemm_ms_at(shapes: ModelShapes, gemm: GemmResult, m: float) -> float | None:

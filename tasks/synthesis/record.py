@@ -18,9 +18,31 @@ from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
 from tasks.view import Findings, fmt
 
 
-def decision_section(figures: KeyFigures, rules: Rules, record: list[Option]) -> str:
+ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
+"""Figures computed from an assumption: an option reading them depends on the assumption too."""
+
+
+def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
+    """The option's predicted gain with each assumption it depends on at half and double."""
+    from tasks.synthesis.decisions import evaluate
+
+    lines = []
+    for name, value in rules.assumptions.items():
+        if name not in option.inputs and not set(ASSUMPTION_USERS.get(name, ())) & set(option.inputs):
+            continue
+        gains = []
+        for factor in (0.5, 2.0):
+            values = rule_figures(figures, rules.assumptions | {name: value * factor})
+            gains.append(fmt_ms(evaluate(option.gain_formula, values)))
+        lines.append(f"{name} = {fmt_figure(value)} (assumed): {gains[0]} ms at half, {gains[1]} ms at double")
+    return lines
+
+
+def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], findings: Findings) -> str:
     """The options ranked by predicted TPOT change, each with its formula, inputs and the
-    clause that decided it."""
+    clause that decided it; every assumption with its sensitivity, each option's ledger history."""
+    from tasks.experiments.section import ledger_history
+
     values = rule_figures(figures, rules.assumptions)
     rows = [[str(o.rank) if o.rank else "-", o.title, fmt_ms(o.gain_ms),
              "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
@@ -36,8 +58,10 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option]) ->
             " whatever they buy; the gain is still shown.\n\n"
             + md_table(["rank", "option", "predicted ΔTPOT ms", "% of TPOT", "formula and inputs", "decision"],
                        rows)
-            + "\nWhy each option could help:\n\n"
-            + "\n".join(f"- {o.title}: {o.why}" for o in record) + "\n")
+            + "\nWhy each option could help, what its prediction rests on (each stated assumption at half and"
+            " double its value) and how it fared before:\n\n"
+            + "\n".join(f"- {o.title}: {o.why}" + "".join(f"; {line}" for line in sensitivity(figures, rules, o))
+                        + (f"; {h}" if (h := ledger_history(findings, o.id)) else "") for o in record) + "\n")
 
 
 def baseline_section(figures: KeyFigures, findings: Findings, record: list[Option]) -> str:

@@ -35,7 +35,12 @@ try:
 except ImportError:  # run by hand without it: no progress lines
     Reporter = None
 
-COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+            # Speculative decoding (present only on a server started with --speculative-config):
+            # drafts proposed, draft tokens, tokens accepted; per position below.
+            "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+            "vllm:spec_decode_num_accepted_tokens_total")
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 WATCHED = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
@@ -75,6 +80,10 @@ def scrape_metrics(base_url):
         for name in COUNTERS:
             if line.startswith(name + "{") or line.startswith(name + " "):
                 totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        if line.startswith(PER_POSITION + "{") and 'position="' in line:
+            position = line.split('position="', 1)[1].split('"', 1)[0]
+            key = f"{PER_POSITION}[{position}]"
+            totals[key] = totals.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
         for name in WATCHED:
             for suffix in ("_sum", "_count"):
                 if line.startswith(name + suffix + "{") or line.startswith(name + suffix + " "):

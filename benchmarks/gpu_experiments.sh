@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The campaign checking its own advice on a CUDA host (the lent H200, vLLM 0.26.0 from
+# ../shared/gpu): the Llama-3.1-8B shape in bf16, dummy weights, TP=1, with
+# `auto_experiments = true` (the options the decision record calls for, with their rules'
+# apply: n-gram speculative decoding, FP8 KV cache) and W4A16 listed (it needs a checkpoint:
+# the compressed-tensors W4A16 shape, which vLLM runs with Machete).
+#
+#   benchmarks/gpu_experiments.sh start WORK    the campaign in the background (setsid), returns
+#   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
+#
+# The device returns from a call after at most 10 minutes and the campaign outlives it (its own
+# session); the todo file resumes it if anything stops it.
+set -uo pipefail
+what=$1; WORK=$2
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+dir="$WORK/llama8b_exp"
+if [ "$what" = start ]; then
+  mkdir -p "$WORK/models" "$dir"
+  [ -f "$WORK/tok/tokenizer.json" ] || python3 "$ROOT/tasks/model/remote/make_tiny_model.py" "$WORK/tok" >/dev/null
+  for shape in llama8b_bf16 llama8b_w4a16; do
+    python3 "$ROOT/benchmarks/gpu_model_shapes.py" "$WORK/tok" "$WORK/models/$shape" "$shape" || exit 1
+  done
+  cat > "$dir/campaign.toml" <<TOML
+[campaign]
+name = "h200-llama8b-experiments"
+auto_experiments = true
+max_experiments = 3
+[host]
+kind = "local"
+python = "python3"
+[service]
+model = "$WORK/models/llama8b_bf16"
+tensor_parallel = 1
+command = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "{model}", "--port", "{port}", "-tp", "{tp}",
+           "--max-model-len", "2048", "--gpu-memory-utilization", "0.5", "--load-format", "dummy",
+           "--profiler-config", "{profiler_config}"]
+env = { VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1", VLLM_NO_USAGE_STATS = "1" }
+ready_deadline_s = 420
+[macro]
+single_stream_requests = 8
+concurrency_max = ${CONC_MAX:-4}
+requests_per_level = 16
+[gemm]
+batch_sizes = [1, 4, 8, 32]
+compare_w4a16 = true
+repeats = 20
+[allreduce]
+nccl_variants = false
+[profile]
+requests = 4
+output_tokens = 32
+stop_timeout_s = 300
+[[experiments]]
+option = "int4_weights"
+model = "$WORK/models/llama8b_w4a16"
+TOML
+  (cd "$dir" && setsid nohup python3 -m orchestrate resume > "$dir/campaign.log" 2>&1 & echo $! > "$dir/campaign.pid")
+  sleep 2; echo "started pid $(cat "$dir/campaign.pid")"; tail -3 "$dir/campaign.log"
+  exit 0
+fi
+OUT=$3; LIMIT=${4:-500}
+end=$(( $(date +%s) + LIMIT ))
+while kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+if kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null; then
+  echo "still running"; grep -E "^\[" "$dir/campaign.log" | tail -15; exit 0
+fi
+echo "campaign finished"; grep -E "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
+pack="$WORK/pack"; mkdir -p "$pack"
+cp "$dir/reports/h200-llama8b-experiments/findings.md" "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
+for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
+tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"

@@ -1,0 +1,140 @@
+"""`reports/ledger.json`: every verified option, across campaigns, append-only.
+
+One record per experiment run (its id: campaign, experiment and when its last todo finished,
+so regenerating a findings document adds nothing): model shape, hardware, vLLM version, the
+option, predicted and realised ΔTPOT with the realised interval, and the calibrated prediction.
+`orchestrate ledger` prints it with the median |predicted - realised| / |realised|; later
+campaigns' decision records show each option's history from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.atomic import write_atomic
+from orchestrator.cli import ExtraCommand
+from orchestrator.errors import InputError
+
+LEDGER_NAME = "ledger.json"
+
+
+class LedgerRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    campaign: str
+    experiment: str
+    option: str
+    change: str
+    model: str = Field(description="model type and shape: layers x hidden, TP")
+    hardware: str
+    vllm: str | None
+    concurrency: int
+    predicted_ms: float | None
+    realised_ms: float | None
+    realised_low_ms: float | None
+    realised_high_ms: float | None
+    calibrated_ms: float | None = None
+    still_assumed: list[str] = Field(default_factory=list)
+    recorded_at: str
+
+    @property
+    def error(self) -> float | None:
+        """|predicted - realised| / |realised| (None without both)."""
+        if self.predicted_ms is None or not self.realised_ms:
+            return None
+        return abs(self.predicted_ms - self.realised_ms) / abs(self.realised_ms)
+
+    @property
+    def calibrated_error(self) -> float | None:
+        if self.calibrated_ms is None or not self.realised_ms:
+            return None
+        return abs(self.calibrated_ms - self.realised_ms) / abs(self.realised_ms)
+
+
+class Ledger(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = 1
+    records: list[LedgerRecord] = Field(default_factory=list)
+
+
+def load_ledger(path: Path) -> Ledger:
+    if not path.exists():
+        return Ledger()
+    try:
+        return Ledger.model_validate_json(path.read_bytes())
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise InputError(f"{path}: field '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}; the ledger"
+                         " is append-only: restore it from a copy or move it away to start a new one") from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot be read ({err.strerror})") from None
+
+
+def append(path: Path, records: list[LedgerRecord]) -> int:
+    """Add the records not already in the ledger (by id); returns how many were new."""
+    ledger = load_ledger(path)
+    known = {record.id for record in ledger.records}
+    new = [record for record in records if record.id not in known]
+    if new:
+        ledger.records.extend(new)
+        write_atomic(path, ledger.model_dump_json(indent=1).encode(), shared=True)
+    return len(new)
+
+
+def median_error(records: list[LedgerRecord], calibrated: bool = False) -> float | None:
+    errors = [e for r in records if (e := (r.calibrated_error if calibrated else r.error)) is not None]
+    return statistics.median(errors) if errors else None
+
+
+def history(records: list[LedgerRecord], option: str) -> str:
+    """One option's past: how many verifications, their median predicted / realised."""
+    ratios = [r.predicted_ms / r.realised_ms for r in records
+              if r.option == option and r.predicted_ms is not None and r.realised_ms]
+    if not ratios:
+        return ""
+    return f"{len(ratios)} earlier verification(s) in the ledger: median predicted/realised {statistics.median(ratios):.2f}"
+
+
+def ledger_table(ledger: Ledger) -> list[list[str]]:
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:+.3f}"
+
+    return [[r.campaign, r.experiment, r.model, r.hardware, f"c={r.concurrency}", ms(r.predicted_ms),
+             f"{ms(r.realised_ms)} [{ms(r.realised_low_ms)}, {ms(r.realised_high_ms)}]", ms(r.calibrated_ms),
+             "n/a" if r.error is None else f"{r.error * 100:.0f}%",
+             "n/a" if r.calibrated_error is None else f"{r.calibrated_error * 100:.0f}%"] for r in ledger.records]
+
+
+LEDGER_HEADERS = ["campaign", "experiment", "model", "hardware", "level", "predicted ΔTPOT ms",
+                  "realised ΔTPOT ms [interval]", "calibrated ms", "|error|", "|error| calibrated"]
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ledger", type=Path, default=None,
+                        help=f"the ledger file (default: <reports>/{LEDGER_NAME})")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from orchestrator.report import md_table
+
+    path = args.ledger or args.reports / LEDGER_NAME
+    if args.ledger is not None and not path.exists():
+        raise InputError(f"{path}: no such ledger; check --ledger")
+    ledger = load_ledger(path)
+    print(f"{path}: {len(ledger.records)} verified option(s)")
+    if ledger.records:
+        print(md_table(LEDGER_HEADERS, ledger_table(ledger)))
+    for label, calibrated in (("predicted", False), ("calibrated", True)):
+        error = median_error(ledger.records, calibrated)
+        print(f"median |{label} - realised| / |realised|: " + ("n/a" if error is None else f"{error * 100:.1f}%"))
+    return 0
+
+
+LEDGER = ExtraCommand(help="every verified option (predicted vs realised, across campaigns) and the median error",
+                      arguments=_arguments, run=_run)

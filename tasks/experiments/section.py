@@ -1,0 +1,126 @@
+"""The findings' "Experiments: predicted vs realised" section, and the ledger records it adds."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from orchestrator.report import md_table
+from orchestrator.schema import Status
+from tasks.experiments.chain import chain_ids
+from tasks.experiments.config import Experiment
+from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, append, load_ledger
+from tasks.experiments.record import DecisionRecord
+from tasks.experiments.verify import Verification, verify
+from tasks.synthesis.decisions import fmt_figure, fmt_ms
+from tasks.view import Findings, fmt
+
+
+def experiments_run(findings: Findings) -> list[Experiment]:
+    """The experiments whose todos are in this campaign's todo file, in order."""
+    from tasks.experiments import configured
+
+    explicit, candidates, _ = configured(findings.session)
+    todos = findings.state.by_id()
+    return [e for e in [*explicit, *candidates.values()]
+            if any(todo_id in todos for todo_id in chain_ids(e).values())]
+
+
+def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | None, list[Verification]]:
+    record = findings.result("decision_record", DecisionRecord)
+    if record is None:
+        return None, []
+    todos = findings.state.by_id()
+    out = []
+    for experiment in experiments_run(findings):
+        found = verify(findings, record, experiment, rules)
+        found.complete = all(todos[i].status == Status.completed for i in chain_ids(experiment).values() if i in todos)
+        out.append(found)
+    return record, out
+
+
+def experiments_section(findings: Findings, rules: object) -> str:
+    from tasks.experiments import configured
+
+    record, found = verifications(findings, rules)
+    explicit, candidates, not_applicable = configured(findings.session)
+    if record is None:
+        return ("## Experiments: predicted vs realised\n\nThe decision record has not been written yet:"
+                " `orchestrate resume` goes on.\n") if explicit or candidates else ""
+    text = ("## Experiments: predicted vs realised\n\nEach experiment relaunched the server with one option applied"
+            " and served it as the campaign did (same levels, repeats and prompts). Predicted: the decision record's"
+            f" ΔTPOT, written before any experiment ran, at c={record.concurrency} (the capture's level). Realised:"
+            " the campaign's TPOT there minus the variant's, each the median of its runs' mean TPOT (vLLM's"
+            " definition: (E2E − TTFT)/(output tokens − 1)), the interval from the runs' min-max on both sides."
+            " Calibrated: the same formula with the inputs the experiment measured in place of the"
+            " assumptions. Positive is faster.\n\n")
+    rows = []
+    for v in found:
+        r = v.realised
+        rows.append([v.experiment.name, v.experiment.change.describe(), v.decision,
+                     fmt_ms(v.predicted_ms), f"{fmt(r.base_ms, 3)} → {fmt(r.variant_ms, 3)}",
+                     f"{fmt_ms(r.delta_ms)} [{fmt_ms(r.low_ms)}, {fmt_ms(r.high_ms)}]",
+                     "n/a" if v.ratio is None else f"{v.ratio:.2f}", fmt_ms(v.calibrated_ms),
+                     "n/a" if v.calibrated_ratio is None else f"{v.calibrated_ratio:.2f}",
+                     v.verdict + ("" if v.complete else " (**experiment not finished**)")])
+    if rows:
+        text += md_table(["experiment", "change", "decision", "predicted ms", "TPOT ms base → variant",
+                          "realised ms [interval]", "predicted / realised", "calibrated ms",
+                          "calibrated / realised", "verdict"], rows)
+    text += "\nCalibration, per formula:\n\n"
+    for v in found:
+        measured = ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items()) or "nothing"
+        assumed = (", ".join(f"{k} (assumed)" for k in v.still_assumed)) or "no assumption left"
+        line = (f"- **{v.experiment.name}** `{v.formula}`: measured {measured}; {assumed}; prediction"
+                f" {fmt_ms(v.predicted_ms)} ms → calibrated {fmt_ms(v.calibrated_ms)} ms against realised"
+                f" {fmt_ms(v.realised.delta_ms)} ms")
+        spec = v.variant_figures.get("x_spec_mean_acceptance_length")
+        if v.experiment.option == "speculative_decoding" and spec is not None:
+            drafts = v.variant_figures.get("x_spec_drafts")
+            line += (f". vLLM's counters: mean acceptance length {spec:.2f} over {fmt_figure(drafts)} drafts"
+                     + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
+                     + f", against the assumed {fmt_figure(record.figures.get('spec_expected_tokens'))}")
+        text += line + ("; " + "; ".join(v.notes) if v.notes else "") + ".\n"
+    if candidates or not_applicable:
+        text += (f"\n`experiments = \"auto\"` ran {ELIGIBLE}. Options it cannot apply by configuration: "
+                 + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none") + ".\n")
+    added = _ledger(findings, record, [v for v in found if v.complete])
+    text += (f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
+             " `orchestrate ledger` prints every verified option with the median error).\n")
+    return text
+
+
+ELIGIBLE = ("the prioritised options, those not pursued only for noise and precision trades whose predicted"
+            " change clears the bar, by predicted gain")
+
+
+def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> int:
+    from tasks.host import HostFacts
+    from tasks.model import ModelFacts
+
+    host = findings.result("host_facts", HostFacts)
+    model = findings.result("model_facts", ModelFacts)
+    shapes = model.shapes if model else None
+    shape = (f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
+             if model and shapes else (model.model_type if model else "unknown"))
+    hardware = (host.gpus[0].split(",")[0] if host and host.gpus else (host.cpu.splitlines()[0] if host else "unknown"))
+    todos = findings.state.by_id()
+    records = []
+    for v in found:
+        last = max((todos[i].finished_at for i in chain_ids(v.experiment).values() if i in todos and todos[i].finished_at),
+                   default=None)
+        if last is None or v.realised.delta_ms is None:
+            continue
+        records.append(LedgerRecord(
+            id=f"{findings.state.campaign}/{v.experiment.name}/{last.isoformat()}", campaign=findings.state.campaign,
+            experiment=v.experiment.name, option=v.experiment.option, change=v.experiment.change.describe(),
+            model=shape, hardware=hardware.strip()[:80], vllm=host.vllm if host else None,
+            concurrency=record.concurrency, predicted_ms=v.predicted_ms, realised_ms=v.realised.delta_ms,
+            realised_low_ms=v.realised.low_ms, realised_high_ms=v.realised.high_ms, calibrated_ms=v.calibrated_ms,
+            still_assumed=v.still_assumed, recorded_at=datetime.now(UTC).isoformat()))
+    return append(findings.session.reports_dir / LEDGER_NAME, records) if records else 0
+
+
+def ledger_history(findings: Findings, option: str) -> str:
+    from tasks.experiments.ledger import history
+
+    return history(load_ledger(findings.session.reports_dir / LEDGER_NAME).records, option)

@@ -1,0 +1,163 @@
+"""Predicted against realised: what each experiment found, computed once from typed results.
+
+Realised ΔTPOT is at the level the prediction was made for (the capture's concurrency): the
+campaign's TPOT there minus the variant's, each the median of its runs' means, the interval
+from their min-max (the widest difference the runs allow). The prediction is the one the
+decision record stored before the experiment ran. The calibrated prediction re-evaluates the
+option's formula with the inputs the experiment measured (its rule's `measured` entries) in
+place of the assumptions; what is still assumed is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tasks.experiments.chain import SHADOWED, chain_ids
+from tasks.experiments.config import Experiment
+from tasks.experiments.record import DecisionRecord
+from tasks.macro.results import LevelSummary
+from tasks.synthesis.figures import KeyFigures, key_figures
+from tasks.view import Findings
+
+DERIVED_FROM_ASSUMPTIONS = {"spec_expected_tokens": "spec_accept_rate and spec_tokens"}
+"""Figures the rules compute from stated assumptions: assumed too, until measured."""
+
+
+@dataclass
+class Realised:
+    base_ms: float | None
+    variant_ms: float | None
+    delta_ms: float | None
+    low_ms: float | None
+    high_ms: float | None
+    runs: str
+
+
+@dataclass
+class Verification:
+    experiment: Experiment
+    predicted_ms: float | None
+    predicted_pct: float | None
+    decision: str
+    formula: str
+    realised: Realised
+    verdict: str
+    ratio: float | None
+    calibrated_ms: float | None = None
+    measured_inputs: dict[str, float | None] = field(default_factory=dict)
+    still_assumed: list[str] = field(default_factory=list)
+    variant_figures: dict[str, float | None] = field(default_factory=dict)
+    complete: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def calibrated_ratio(self) -> float | None:
+        delta = self.realised.delta_ms
+        if self.calibrated_ms is None or not delta:
+            return None
+        return self.calibrated_ms / delta
+
+
+def variant_findings(findings: Findings, experiment: Experiment) -> Findings:
+    """The results as the experiment measured them: its chain's for the shadowed tasks (none
+    where it did not run one), the campaign's for the rest (model facts where the model is
+    the same, the micros)."""
+    ids = chain_ids(experiment)
+    overrides: dict[str, str | None] = {task: ids.get(task) for task in SHADOWED if task in ids or task != "model_facts"}
+    return findings.seen_through(overrides)
+
+
+def level_at(figures: KeyFigures, concurrency: int) -> LevelSummary | None:
+    if concurrency == 1 and figures.single:
+        return figures.single.single_stream
+    return next((level for level in (figures.sweep.levels if figures.sweep else []) if level.concurrency == concurrency),
+                None)
+
+
+def realised(base: LevelSummary | None, variant: LevelSummary | None) -> Realised:
+    def middle(level: LevelSummary | None) -> tuple[float | None, float | None, float | None]:
+        if level is None:
+            return None, None, None
+        spread = level.noise.tpot_ms_mean if level.noise else None
+        if spread and spread.runs >= 2 and spread.median is not None:
+            return spread.median, spread.low, spread.high
+        return level.tpot_ms.mean, level.tpot_ms.mean, level.tpot_ms.mean
+
+    b, b_low, b_high = middle(base)
+    v, v_low, v_high = middle(variant)
+    if b is None or v is None:
+        return Realised(b, v, None, None, None, "not measured at this level")
+    runs = (f"{base.noise.tpot_ms_mean.runs if base and base.noise else 1} runs each side, median of the runs'"
+            " mean TPOT; interval: the runs' min-max on both sides")
+    return Realised(b, v, b - v, b_low - v_high, b_high - v_low, runs)
+
+
+def verdict(predicted: float | None, real: Realised) -> tuple[str, float | None]:
+    if real.delta_ms is None or predicted is None:
+        return "not verified: " + ("no prediction" if predicted is None else real.runs), None
+    ratio = predicted / real.delta_ms if real.delta_ms else None
+    inside = real.low_ms <= predicted <= real.high_ms
+    noise_only = real.low_ms <= 0 <= real.high_ms
+    if inside:
+        text = "prediction inside the measured interval"
+    elif (predicted > 0) != (real.delta_ms > 0) and not noise_only:
+        text = "**wrong sign**: outside the measured interval"
+    else:
+        text = f"**outside the measured interval** (the prediction is {'high' if predicted > real.high_ms else 'low'})"
+    if noise_only:
+        text += "; the change itself is within the runs' noise"
+    return text, ratio
+
+
+def variant_rule_figures(findings: Findings, experiment: Experiment, rules: object) -> dict[str, float | None]:
+    """The variant's figures in the rules' vocabulary, each named x_<figure>, plus the speculative
+    decoding counters of its run at the prediction's level."""
+    from tasks.synthesis.estimates import rule_figures
+
+    view = variant_findings(findings, experiment)
+    figures = key_figures(view)
+    values = rule_figures(figures, rules.assumptions)  # type: ignore[attr-defined]
+    out = {f"x_{k}": v for k, v in values.items()}
+    out["x_device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
+    levels = ([figures.single.single_stream] if figures.single else []) + (figures.sweep.levels if figures.sweep else [])
+    spec = next((level.spec_decode for level in levels if level.spec_decode), None)
+    out["x_spec_mean_acceptance_length"] = spec.mean_acceptance_length if spec else (1.0 if levels else None)
+    out["x_spec_drafts"] = float(spec.drafts) if spec else (0.0 if levels else None)
+    return out
+
+
+def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, rules: object) -> Verification:
+    from tasks.synthesis.decisions import evaluate
+
+    option = record.option(experiment.option)
+    base_figures = key_figures(findings)
+    variant = key_figures(variant_findings(findings, experiment))
+    real = realised(level_at(base_figures, record.concurrency), level_at(variant, record.concurrency))
+    predicted = option.gain_ms if option else None
+    text, ratio = verdict(predicted, real)
+    result = Verification(experiment, predicted, option.gain_pct if option else None,
+                          option.decision if option else "not in the record", option.formula if option else "",
+                          real, text, ratio)
+    spec = rules.specs.get(experiment.option)  # type: ignore[attr-defined]
+    if spec is None or option is None:
+        return result
+    x = variant_rule_figures(findings, experiment, rules)
+    result.variant_figures = x
+    every = record.figures | x
+    for name, expression in spec.measured.items():
+        try:
+            result.measured_inputs[name] = evaluate(expression, every)
+        except (KeyError, ValueError, SyntaxError):
+            result.measured_inputs[name] = None
+    measured = {k: v for k, v in result.measured_inputs.items() if v is not None}
+    try:
+        result.calibrated_ms = evaluate(option.formula, record.figures | measured)
+    except (KeyError, ValueError, SyntaxError):
+        result.calibrated_ms = None
+    result.still_assumed = sorted(name for name in option.inputs if name not in measured
+                                  and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS))
+    missing = [name for name, value in result.measured_inputs.items() if value is None]
+    if missing:
+        result.notes.append("not measured by this experiment: " + ", ".join(missing)
+                            + ("" if experiment.capture else " (capture = false: no trace of the variant)"))
+    return result

@@ -1,0 +1,51 @@
+"""The engine's needs the server gives: ``service`` (the campaign's server answers), each
+experiment's ``service@<name>`` (its variant's server answers) and ``accelerators_free`` (no
+server of ours holds the GPUs or cores). They conflict with each other, and the runner groups
+tasks by need, so each server loads once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.campaign import TaskContext
+from tasks.service.lifecycle import ServiceLifecycle
+
+
+class ServiceNeed:
+    name = "service"
+    conflicts = frozenset({"accelerators_free"})
+
+    def __init__(self, lifecycle: ServiceLifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+        return self.lifecycle.ensure_running(ctx)
+
+    def finish(self) -> None:
+        # The campaign is over: stop a server we launched; leave one we adopted alone.
+        if any(pid is not None for _, pid in self.lifecycle.node_pids()):
+            self.lifecycle.ensure_stopped()
+
+
+class AcceleratorsFreeNeed:
+    name = "accelerators_free"
+    conflicts = frozenset({"service"})
+
+    def __init__(self, lifecycle: ServiceLifecycle) -> None:
+        self.lifecycle = lifecycle
+
+    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+        return self.lifecycle.ensure_stopped(ctx)
+
+    def finish(self) -> None:
+        return None
+
+
+class VariantServiceNeed(ServiceNeed):
+    """An experiment's server: the campaign's with one option applied (its own lifecycle, the
+    same port and pid file, so ensuring it stops whichever other server of ours runs)."""
+
+    def __init__(self, name: str, lifecycle: ServiceLifecycle, conflicts: frozenset[str]) -> None:
+        super().__init__(lifecycle)
+        self.name = name
+        self.conflicts = conflicts

