@@ -18,7 +18,6 @@ from orchestrator.errors import InputError
 from orchestrator.validation import one_line
 from tasks.unit import PhaseUnit, Section
 
-
 EMBEDDED_EXPERIMENTS = [
     # The embedded default checks two of its own predictions by running them (the capture is at
     # c=1, so single stream is the prediction's level): TP 2 -> 1, and n-gram speculative

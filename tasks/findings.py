@@ -21,6 +21,7 @@ from orchestrator.report import (
     timing_summary,
 )
 from orchestrator.schema import TodoState
+from tasks.experiments.section import experiments_section
 from tasks.session import Session
 from tasks.synthesis import closing_sections, opening_sections
 from tasks.unit import PhaseUnit
@@ -40,7 +41,7 @@ def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
     sections = [f"# Findings: campaign `{state.campaign}`\n"]
     sections += opening_sections(findings)
     sections += [unit.section(findings) for unit in units if unit.section is not None]
-    sections += closing_sections(findings)
+    sections += closing_sections(findings, after_decision=experiments_section)
     sections.append("## Tasks\n\n" + task_table(state) + "\n" + timing_summary(state))
     sections.append(f"{HUMAN_NOTES_HEADING}\n\n{notes}")
     text = "\n".join(section for section in sections if section)

@@ -180,3 +180,25 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "median |predicted - realised| / |realised|: 50.0%" in result.stdout  # 10%, 50%, 50%
     assert len(json.loads(ledger.read_text())["records"]) == 3
+
+
+def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -> None:
+    from tasks.experiments import chosen_by_record
+    from tasks.experiments.config import Change, Experiment
+    from tasks.experiments.record import DecisionRecord, OptionPrediction
+
+    def option(option_id: str, decision: str, gain_pct: float, reason: str = "") -> OptionPrediction:
+        return OptionPrediction(id=option_id, title=option_id, decision=decision, reason=reason,
+                                gain_ms=gain_pct / 10, gain_pct=gain_pct, formula="x")
+
+    record = DecisionRecord(tpot_ms=10.0, concurrency=1, noise_pct=4.0, min_gain_pct=3.0, rules="r",
+                            assumptions={}, figures={}, options=[
+                                option("small", "prioritised", 5.0), option("big", "prioritised", 20.0),
+                                option("hidden", "not pursued", 3.5, "below TPOT's measured spread (4.0%)"),
+                                option("worse", "not pursued", -8.0, "it would make TPOT worse"),
+                                option("trade", "rejected", -6.0), option("tiny_trade", "rejected", 1.0),
+                                option("unappliable", "prioritised", 50.0)])
+    candidates = {name: Experiment(name, name, Change(("--x",))) for name in
+                  ("small", "big", "hidden", "worse", "trade", "tiny_trade")}
+    assert [e.name for e in chosen_by_record(record, candidates, 10)] == ["big", "small", "hidden", "trade"]
+    assert [e.name for e in chosen_by_record(record, candidates, 2)] == ["big", "small"]

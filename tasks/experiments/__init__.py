@@ -105,33 +105,25 @@ def chosen_by_record(record: Any, candidates: dict[str, Experiment], limit: int)
     return [candidates[o.id] for o in picked[:limit]]
 
 
-def _base_ids(session: Session, enabled: frozenset[str]) -> list[str]:
-    from tasks.registry import UNITS
-
-    return [spec.id for unit in UNITS if unit.name in enabled and unit.name not in ("experiments", "commands")
+def _base_ids(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[str]:
+    return [spec.id for unit in units.values() if unit.name in enabled and unit.name != "commands"
             for spec in unit.specs(session, enabled)]
 
 
-def _units() -> dict[str, Any]:
-    from tasks.registry import UNITS
-
-    return {unit.name: unit for unit in UNITS}
-
-
-def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
+def _specs(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[TaskSpec]:
     from tasks.experiments.record import DecisionRecord, decision_record_action
 
     explicit, candidates, _ = configured(session)
     if not explicit and not candidates:
         return []
     record = TaskSpec(DECISION_RECORD, "Write the decision record: predicted TPOT change of each option",
-                      "experiments", decision_record_action(session), depends_on=tuple(_base_ids(session, enabled)),
+                      "experiments", decision_record_action(session), depends_on=tuple(_base_ids(session, enabled, units)),
                       priority=Priority.high, result_model=DecisionRecord,
                       inputs={"decision_rules": session.config.campaign.decision_rules or "shipped"})
-    return [record] + [spec for experiment in explicit for spec in chain_specs(session, experiment, _units())]
+    return [record] + [spec for experiment in explicit for spec in chain_specs(session, experiment, units)]
 
 
-def _grow(session: Session, state: TodoState) -> list[TaskSpec]:
+def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> list[TaskSpec]:
     from tasks.experiments.record import DecisionRecord
 
     _, candidates, _ = configured(session)
@@ -145,7 +137,7 @@ def _grow(session: Session, state: TodoState) -> list[TaskSpec]:
                                   session.config.campaign.max_experiments)
     # An experiment already in the todo file stays, whatever a later record chose.
     picked += [e for e in candidates.values() if e not in picked and any(i.startswith(scope(e)) for i in todos)]
-    return [spec for experiment in picked for spec in chain_specs(session, experiment, _units())]
+    return [spec for experiment in picked for spec in chain_specs(session, experiment, units)]
 
 
 def _needs(session: Session) -> dict[str, Need]:
@@ -160,6 +152,11 @@ def _needs(session: Session) -> dict[str, Need]:
             for e in experiments}
 
 
-# Its findings section follows the decision record (tasks/synthesis), which it checks.
-UNIT = PhaseUnit(name="experiments", specs=_specs, extra_config={"experiments": EXPERIMENTS_FIELD},
-                 needs=_needs, selectable=False, grow=_grow)
+def make_unit(base_units: list[PhaseUnit]) -> PhaseUnit:
+    """The experiments unit over ``base_units`` (the phases an experiment re-runs on its variant
+    server); the registry hands them in, so this package never imports the registry."""
+    units = {unit.name: unit for unit in base_units}
+    # Its findings section follows the decision record (tasks/findings.py), which it checks.
+    return PhaseUnit(name="experiments", specs=lambda session, enabled: _specs(session, enabled, units),
+                     extra_config={"experiments": EXPERIMENTS_FIELD}, needs=_needs, selectable=False,
+                     grow=lambda session, state: _grow(session, state, units))

@@ -40,8 +40,7 @@ class DecisionRecord(Result):
 
 def decision_record_action(session: Session):
     def run(ctx: TaskContext) -> DecisionRecord:
-        from tasks.synthesis import campaign_rules
-        from tasks.synthesis.decisions import decide
+        from tasks.synthesis.decisions import campaign_rules, decide
         from tasks.synthesis.estimates import rule_figures
         from tasks.synthesis.figures import key_figures
         from tasks.view import Findings

@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from pydantic import Field
+
 from orchestrator.errors import InputError
 from tasks.unit import Result
 
@@ -114,6 +116,8 @@ class ModelShapes(Result):
     allreduces_per_step: int
     """2 a layer (attention o_proj, MLP/MoE down) + 1 (vocab-parallel embedding); 0 at TP=1."""
     layers: list[LayerShape]
+    kv_bytes_per_token: float | None = Field(
+        None, description="KV-cache bytes one token holds on one rank at bf16 (all layers, K and V)")
 
     def gemm_rows(self, batch_sizes: list[int]) -> list[dict[str, Any]]:
         """The GEMMs of one decode step at each batch size, as rows for the GEMM bench."""
@@ -158,7 +162,26 @@ def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -
               for name, k, n, dtype, parallel, count, *extra in per_layer + [lm_head]]
     return ModelShapes(family=family, tensor_parallel=tp, num_layers=layers, hidden_size=hidden,
                        vocab_size=vocab, weight_dtype=weight_dtype, group_size=group,
-                       allreduces_per_step=2 * layers + 1 if tp > 1 else 0, layers=shapes)
+                       allreduces_per_step=2 * layers + 1 if tp > 1 else 0, layers=shapes,
+                       kv_bytes_per_token=kv_bytes_per_token(config, tp))
+
+
+def kv_bytes_per_token(config: dict[str, Any], tp: int) -> float | None:
+    """KV-cache bytes one token holds on one rank (bf16): K and V of every layer, the KV heads
+    split over the ranks (at least one a rank); MLA models (kv_lora_rank) cache one latent and
+    the rope key a layer, on every rank."""
+    text = config.get("text_config") or config
+    layers = text.get("num_hidden_layers")
+    if not layers:
+        return None
+    if text.get("kv_lora_rank"):
+        return float(layers * (text["kv_lora_rank"] + text.get("qk_rope_head_dim", 0)) * 2)
+    heads = text.get("num_attention_heads")
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and text.get("hidden_size") else None)
+    if not (kv_heads and head_dim):
+        return None
+    return float(layers * 2 * max(1, kv_heads // max(1, tp)) * head_dim * 2)
 
 
 def _gqa(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:

@@ -4,6 +4,9 @@ They read typed results only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from tasks.view import Findings
 
 
@@ -20,30 +23,20 @@ def opening_sections(findings: Findings) -> list[str]:
             server_ran_section(ready.load if ready else None, figures.rank0, figures.model)]
 
 
-def closing_sections(findings: Findings) -> list[str]:
+def closing_sections(findings: Findings, after_decision: Callable[[Findings, Any], str] | None = None) -> list[str]:
+    """``after_decision`` adds sections that read the decision record (the experiments, which
+    import this package and so cannot be imported by it)."""
     from tasks.synthesis.crosscheck import crosscheck_section
-    from tasks.synthesis.decisions import decide
+    from tasks.synthesis.decisions import campaign_rules, decide
     from tasks.synthesis.estimates import rule_figures
     from tasks.synthesis.figures import key_figures
     from tasks.synthesis.record import baseline_section, configuration_section, decision_section
     from tasks.synthesis.step_model import step_model_section
     from tasks.synthesis.summary import bottleneck_section
 
-    from tasks.experiments.section import experiments_section
-
     figures = key_figures(findings)
     rules = campaign_rules(findings)
     record = decide(rule_figures(figures, rules.assumptions), rules)
     return [crosscheck_section(figures, figures.capture), step_model_section(figures), bottleneck_section(figures),
-            decision_section(figures, rules, record, findings), experiments_section(findings, rules),
+            decision_section(figures, rules, record, findings), after_decision(findings, rules) if after_decision else "",
             baseline_section(figures, findings, record), configuration_section(findings)]
-
-
-def campaign_rules(findings: Findings):  # noqa: ANN201 - tasks.synthesis.decisions.Rules
-    """The shipped decision rules, or the file `campaign.decision_rules` names."""
-    from pathlib import Path
-
-    from tasks.synthesis.decisions import RULES_PATH, load_rules
-
-    chosen = findings.session.config.campaign.decision_rules if findings.session else None
-    return load_rules(Path(chosen) if chosen else RULES_PATH)

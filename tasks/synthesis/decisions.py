@@ -266,3 +266,9 @@ def fmt_figure(value: float | None) -> str:
 
 def fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.3f}"
+
+
+def campaign_rules(findings: Any) -> Rules:
+    """The shipped decision rules, or the file `campaign.decision_rules` names (findings: tasks.view.Findings)."""
+    chosen = findings.session.config.campaign.decision_rules if findings.session else None
+    return load_rules(Path(chosen) if chosen else RULES_PATH)

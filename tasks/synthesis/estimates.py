@@ -160,39 +160,12 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
             "spec_verify_extra_ms": verify, "weight_floor_ms": floor}
 
 
-def kv_bytes_per_token(config: dict[str, Any], tp: int) -> float | None:
-    """KV-cache bytes one token holds on one rank (bf16): K and V of every layer, the KV heads
-    split over the ranks (at least one a rank); MLA models (kv_lora_rank) cache one latent and
-    the rope key a layer, on every rank."""
-    text = config.get("text_config") or config
-    layers = text.get("num_hidden_layers")
-    if not layers:
-        return None
-    if text.get("kv_lora_rank"):
-        return float(layers * (text["kv_lora_rank"] + text.get("qk_rope_head_dim", 0)) * 2)
-    heads = text.get("num_attention_heads")
-    kv_heads = text.get("num_key_value_heads") or heads
-    head_dim = text.get("head_dim") or (text["hidden_size"] // heads if heads and text.get("hidden_size") else None)
-    if not (kv_heads and head_dim):
-        return None
-    return float(layers * 2 * max(1, kv_heads // max(1, tp)) * head_dim * 2)
-
-
 def kv_read_ms(figures: KeyFigures) -> float | None:
     """ms a decode step spends reading the KV cache at the copy bandwidth: the capture's batch,
     each sequence at its mean context during decode (prompt + half the output)."""
-    import json
-    from pathlib import Path
-
     model, gemm, capture = figures.model, figures.gemm, figures.capture
-    if not (model and gemm and gemm.copy_ceiling_gbps and capture):
-        return None
-    try:
-        config = json.loads(Path(model.config_artifact).read_text())
-    except (OSError, ValueError):
-        return None
-    per_token = kv_bytes_per_token(config, figures.tp)
-    if per_token is None:
+    per_token = model.shapes.kv_bytes_per_token if model and model.shapes else None
+    if not (per_token and gemm and gemm.copy_ceiling_gbps and capture):
         return None
     context = capture.input_tokens + capture.output_tokens / 2
     batch = figures.rank0.decode_tokens_per_step if figures.rank0 else capture.concurrency

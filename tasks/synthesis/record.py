@@ -17,7 +17,6 @@ from tasks.synthesis.figures import KeyFigures
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
 from tasks.view import Findings, fmt
 
-
 ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
 """Figures computed from an assumption: an option reading them depends on the assumption too."""
 
