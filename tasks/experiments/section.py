@@ -68,7 +68,8 @@ def experiments_section(findings: Findings, rules: object) -> str:
                           "calibrated / realised", "verdict"], rows)
     text += "\nCalibration, per formula:\n\n"
     for v in found:
-        measured = ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items()) or "nothing"
+        measured = ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items()
+                             if value is not None) or "nothing"
         assumed = (", ".join(f"{k} (assumed)" for k in v.still_assumed)) or "no assumption left"
         line = (f"- **{v.experiment.name}** `{v.formula}`: measured {measured}; {assumed}; prediction"
                 f" {fmt_ms(v.predicted_ms)} ms → calibrated {fmt_ms(v.calibrated_ms)} ms against realised"
@@ -102,7 +103,7 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
     shapes = model.shapes if model else None
     shape = (f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
              if model and shapes else (model.model_type if model else "unknown"))
-    hardware = (host.gpus[0].split(",")[0] if host and host.gpus else (host.cpu.splitlines()[0] if host else "unknown"))
+    hardware = host.hardware if host else "unknown"
     todos = findings.state.by_id()
     records = []
     for v in found:

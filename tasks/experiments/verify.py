@@ -159,5 +159,6 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     missing = [name for name, value in result.measured_inputs.items() if value is None]
     if missing:
         result.notes.append("not measured by this experiment: " + ", ".join(missing)
-                            + ("" if experiment.capture else " (capture = false: no trace of the variant)"))
+                            + ("" if experiment.capture else " (capture = false: no trace of the variant)")
+                            + "; the calibrated prediction keeps the base campaign's value")
     return result

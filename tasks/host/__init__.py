@@ -87,6 +87,18 @@ class HostFacts(Result):
     artifact: str
     nodes: list[NodeFacts] = Field(default_factory=list, description="every node of a multi-node campaign")
 
+    @property
+    def hardware(self) -> str:
+        """What a result was measured on, in a few words: the first GPU's name, else lscpu's
+        model name (its first line is only the architecture)."""
+        if self.gpus:
+            return f"{self.gpu_count}x {self.gpus[0].split(',')[0].strip()}"
+        for line in self.cpu.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Model name" and value.strip():
+                return f"{value.strip()} ({self.cpu_count} CPUs)"
+        return f"{self.cpu_count} CPUs"
+
 
 FACTS_SCRIPT = r"""
 echo "## uname"; uname -a
