@@ -6,6 +6,7 @@
 # the compressed-tensors W4A16 shape, which vLLM runs with Machete).
 #
 #   benchmarks/gpu_experiments.sh start WORK    the campaign in the background (setsid), returns
+#     (MODE=fp8: no auto, only the FP8 KV-cache experiment, which auto leaves out below the bar)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
 #
 # The device returns from a call after at most 10 minutes and the campaign outlives it (its own
@@ -24,8 +25,8 @@ if [ "$what" = start ]; then
   done
   cat > "$dir/campaign.toml" <<TOML
 [campaign]
-name = "h200-llama8b-experiments"
-auto_experiments = true
+name = "h200-llama8b-experiments${MODE:+-$MODE}"
+auto_experiments = $([ "${MODE:-auto}" = fp8 ] && echo false || echo true)
 max_experiments = 3
 [host]
 kind = "local"
@@ -52,10 +53,12 @@ nccl_variants = false
 requests = 4
 output_tokens = 32
 stop_timeout_s = 300
-[[experiments]]
-option = "int4_weights"
-model = "$WORK/models/llama8b_w4a16"
 TOML
+  if [ "${MODE:-auto}" = fp8 ]; then
+    printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
+  else
+    printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/llama8b_w4a16" >> "$dir/campaign.toml"
+  fi
   (cd "$dir" && setsid nohup python3 -m orchestrate resume > "$dir/campaign.log" 2>&1 & echo $! > "$dir/campaign.pid")
   sleep 2; echo "started pid $(cat "$dir/campaign.pid")"; tail -3 "$dir/campaign.log"
   exit 0
@@ -68,6 +71,6 @@ if kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null; then
 fi
 echo "campaign finished"; grep -E "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
 pack="$WORK/pack"; mkdir -p "$pack"
-cp "$dir/reports/h200-llama8b-experiments/findings.md" "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
+cp "$dir"/reports/h200-llama8b-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
 tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"
