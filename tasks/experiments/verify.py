@@ -141,9 +141,13 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     spec = rules.specs.get(experiment.option)  # type: ignore[attr-defined]
     if spec is None or option is None:
         return result
+    from tasks.synthesis.estimates import rule_figures
+
     x = variant_rule_figures(findings, experiment, rules)
     result.variant_figures = x
-    every = record.figures | x
+    # The record's figures as written; a figure a newer rules file reads that the record predates
+    # comes from the base's results now (the same measurements).
+    every = rule_figures(base_figures, rules.assumptions) | record.figures | x  # type: ignore[attr-defined]
     for name, expression in spec.measured.items():
         try:
             result.measured_inputs[name] = evaluate(expression, every)
