@@ -9,6 +9,9 @@
 #     (MODE=fp8: no auto, only the FP8 KV-cache experiment, which auto leaves out below the bar)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
 #
+# SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
+# (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest.
+#
 # The device returns from a call after at most 10 minutes and the campaign outlives it (its own
 # session); the todo file resumes it if anything stops it.
 set -uo pipefail
@@ -16,23 +19,24 @@ what=$1; WORK=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-dir="$WORK/llama8b_exp"
+SHAPE=${SHAPE:-llama8b_bf16}; QUANT=${SHAPE%_bf16}_w4a16; TAG=${SHAPE%_bf16}
+dir="$WORK/${TAG}_exp"
 if [ "$what" = start ]; then
   mkdir -p "$WORK/models" "$dir"
   [ -f "$WORK/tok/tokenizer.json" ] || python3 "$ROOT/tasks/model/remote/make_tiny_model.py" "$WORK/tok" >/dev/null
-  for shape in llama8b_bf16 llama8b_w4a16; do
+  for shape in "$SHAPE" "$QUANT"; do
     python3 "$ROOT/benchmarks/gpu_model_shapes.py" "$WORK/tok" "$WORK/models/$shape" "$shape" || exit 1
   done
   cat > "$dir/campaign.toml" <<TOML
 [campaign]
-name = "h200-llama8b-experiments${MODE:+-$MODE}"
+name = "h200-${TAG}-experiments${MODE:+-$MODE}"
 auto_experiments = $([ "${MODE:-auto}" = fp8 ] && echo false || echo true)
 max_experiments = 3
 [host]
 kind = "local"
 python = "python3"
 [service]
-model = "$WORK/models/llama8b_bf16"
+model = "$WORK/models/$SHAPE"
 tensor_parallel = 1
 command = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "{model}", "--port", "{port}", "-tp", "{tp}",
            "--max-model-len", "2048", "--gpu-memory-utilization", "0.5", "--load-format", "dummy",
@@ -57,7 +61,8 @@ TOML
   if [ "${MODE:-auto}" = fp8 ]; then
     printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
   else
-    printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/llama8b_w4a16" >> "$dir/campaign.toml"
+    [ "$SHAPE" = llama8b_bf16 ] || printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
+    printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
   fi
   (cd "$dir" && setsid nohup python3 -m orchestrate resume > "$dir/campaign.log" 2>&1 & echo $! > "$dir/campaign.pid")
   sleep 2; echo "started pid $(cat "$dir/campaign.pid")"; tail -3 "$dir/campaign.log"
@@ -71,6 +76,6 @@ if kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null; then
 fi
 echo "campaign finished"; grep -E "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
 pack="$WORK/pack"; mkdir -p "$pack"
-cp "$dir"/reports/h200-llama8b-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
+cp "$dir"/reports/h200-*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
 tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"

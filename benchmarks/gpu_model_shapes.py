@@ -3,6 +3,8 @@
 usage: python3 gpu_model_shapes.py TOKENIZER_DIR OUT_DIR SHAPE
 SHAPE: llama8b_bf16 (Llama-3.1-8B), llama8b_w4a16 (the same, compressed-tensors pack-quantized
 int4 group 128: Machete on Hopper), qwen3moe_bf16 (Qwen3-30B-A3B: 128 experts, top-8),
+qwen3moe_w4a16 (the same, compressed-tensors int4 group 128 on every Linear but lm_head and
+the router, as published W4A16 Qwen3-MoE checkpoints are: Marlin MoE for the experts),
 kimik2_4layer_int4 (DeepSeek-V3 architecture as Kimi-K2, cut to 4 layers: MLA, 384 experts,
 int4 group 32 experts, bf16 attention and shared experts). Standard library only.
 """
@@ -39,6 +41,8 @@ def shape(kind: str, special: dict) -> dict:
                 "vocab_size": 151936, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
                 "rope_theta": 1000000.0, "hidden_act": "silu", "tie_word_embeddings": False,
                 "torch_dtype": "bfloat16", "attention_bias": False, **special}
+    if kind == "qwen3moe_w4a16":
+        return {**shape("qwen3moe_bf16", special), "quantization_config": int4(128, ["lm_head", "re:.*mlp.gate$"])}
     if kind == "kimik2_4layer_int4":
         return {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 163840,
                 "hidden_size": 7168, "intermediate_size": 18432, "num_hidden_layers": 4, "num_attention_heads": 64,

@@ -97,7 +97,7 @@ BASE = {"tp": 2, "cuda": 1, "quantized": 0, "tpot_ms": 10.0, "tpot_spread_pct": 
         "moe_layers": 0.0, "fits_half_tp": 1.0, "w4a16_gemm_delta_ms": 2.0, "w4a16_vs_bf16_speedup": 2.0,
         "spec_verify_extra_ms": 0.5, "spec_expected_tokens": 2.0, "weight_floor_ms": 2.0,
         "spec_accept_rate": 0.6, "spec_tokens": 3.0, "kv_fp8_bytes_ratio": 0.5, "kv_fp8_overhead_us_per_layer": 2.0,
-        "half_tp_gemm_factor": 2.0, "kv_read_ms": 1.2, "layers": 32.0}
+        "half_tp_gemm_factor": 2.0, "moe_w4a16_time_ratio": 0.5, "kv_read_ms": 1.2, "layers": 32.0}
 
 # (option, figures changed from BASE, decision, the clause or figure the reason must name, gain ms)
 DECISION_CASES = [

@@ -127,7 +127,8 @@ def variant_rule_figures(findings: Findings, experiment: Experiment, rules: obje
 
 
 def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, rules: object) -> Verification:
-    from tasks.synthesis.decisions import evaluate
+    from tasks.synthesis.decisions import evaluate, matters
+    from tasks.synthesis.estimates import rule_figures
 
     option = record.option(experiment.option)
     base_figures = key_figures(findings)
@@ -141,7 +142,6 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     spec = rules.specs.get(experiment.option)  # type: ignore[attr-defined]
     if spec is None or option is None:
         return result
-    from tasks.synthesis.estimates import rule_figures
 
     x = variant_rule_figures(findings, experiment, rules)
     result.variant_figures = x
@@ -158,9 +158,12 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
         result.calibrated_ms = evaluate(option.formula, record.figures | measured)
     except (KeyError, ValueError, SyntaxError):
         result.calibrated_ms = None
+    figures = record.figures | measured
     result.still_assumed = sorted(name for name in option.inputs if name not in measured
-                                  and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS))
-    missing = [name for name, value in result.measured_inputs.items() if value is None]
+                                  and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS)
+                                  and matters(option.formula, figures, name))
+    missing = [name for name, value in result.measured_inputs.items()
+               if value is None and matters(option.formula, figures, name)]
     if missing:
         result.notes.append("not measured by this experiment: " + ", ".join(missing)
                             + ("" if experiment.capture else " (capture = false: no trace of the variant)")

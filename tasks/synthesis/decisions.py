@@ -105,6 +105,16 @@ def evaluate(expression: str, figures: dict[str, float | None]) -> Any:
     return explain(expression, figures)[0].value
 
 
+def matters(expression: str, figures: dict[str, float | None], name: str) -> bool:
+    """Whether ``name`` changes the expression's value here (a MoE term on a dense model does
+    not): an input that cannot change the gain is neither assumed nor missing."""
+    try:
+        values = {evaluate(expression, figures | {name: value}) for value in (1.0, 2.0)}
+    except (KeyError, ValueError, SyntaxError):
+        return True
+    return len(values) > 1 or values == {None}
+
+
 def explain(expression: str, figures: dict[str, float | None]) -> tuple[Outcome, list[str]]:
     """The expression's outcome and the figure names it read."""
     evaluator = _Evaluator(expression, figures)

@@ -33,6 +33,8 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
         for factor in (0.5, 2.0):
             values = rule_figures(figures, rules.assumptions | {name: value * factor})
             gains.append(fmt_ms(evaluate(option.gain_formula, values)))
+        if gains[0] == gains[1]:
+            continue  # it cannot change this gain here (a MoE term on a dense model)
         lines.append(f"{name} = {fmt_figure(value)} (assumed): {gains[0]} ms at half, {gains[1]} ms at double")
     return lines
 
