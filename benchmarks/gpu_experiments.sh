@@ -64,17 +64,20 @@ TOML
     [ "$SHAPE" = llama8b_bf16 ] || printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
     printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
   fi
-  (cd "$dir" && setsid nohup python3 -m orchestrate resume > "$dir/campaign.log" 2>&1 & echo $! > "$dir/campaign.pid")
-  sleep 2; echo "started pid $(cat "$dir/campaign.pid")"; tail -3 "$dir/campaign.log"
+  # setsid forks (its parent exits at once), so the campaign is found by its command line; the
+  # log is appended to: a second start while one runs must not truncate the first one's log.
+  (cd "$dir" && setsid nohup python3 -m orchestrate resume >> "$dir/campaign.log" 2>&1 &)
+  sleep 2; echo "started: $(pgrep -f "[o]rchestrate resume" | tr '\n' ' ')"; tail -3 "$dir/campaign.log"
   exit 0
 fi
 OUT=$3; LIMIT=${4:-500}
 end=$(( $(date +%s) + LIMIT ))
-while kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
-if kill -0 "$(cat "$dir/campaign.pid")" 2>/dev/null; then
-  echo "still running"; grep -E "^\[" "$dir/campaign.log" | tail -15; exit 0
+running() { pgrep -f "[o]rchestrate resume" >/dev/null; }
+while running && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+if running; then
+  echo "still running"; grep -aE "^\[" "$dir/campaign.log" | tail -15; exit 0
 fi
-echo "campaign finished"; grep -E "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
+echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
 pack="$WORK/pack"; mkdir -p "$pack"
 cp "$dir"/reports/h200-*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done

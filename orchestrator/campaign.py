@@ -94,6 +94,10 @@ class TaskSpec:
     scope: str = ""
     """A prefix of ids this task belongs to (an experiment's chain): its reads of other tasks'
     results resolve to the scope's todos first (``TaskContext.result_of``)."""
+    isolated: bool = False
+    """A failure here fails this todo and what depends on it, not the campaign: the other todos
+    go on and the findings are written (an experiment whose server does not start leaves the
+    campaign's own results standing); `resume` still exits 1 and retries it."""
 
 
 @dataclass

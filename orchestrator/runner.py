@@ -133,7 +133,8 @@ class Runner:
                     self._interrupted(todo)
             self._requeue_stale(state)
             save_state(self.state_path, state)
-            while (todo := self._next(state)) is not None:
+            isolated: list[str] = []
+            while (todo := self._next(state, isolated)) is not None:
                 try:
                     self._run_one(state, todo)
                     self._grow(state)
@@ -143,7 +144,15 @@ class Runner:
                     self.log(f"[{todo.id}] {lost}; running it again")
                     todo.status = Status.pending
                     save_state(self.state_path, state)
+                except OrchestrateError as err:
+                    if not self.specs[todo.id].isolated or todo.status != Status.failed:
+                        raise
+                    isolated.append(f"{todo.id}: {err}")
+                    self.log(f"[{todo.id}] failed: {err}; what depends on it waits for `resume`, the rest goes on")
             self._finish(state)
+            if isolated:
+                raise TaskFailed(f"{len(isolated)} todo(s) failed, the rest of the campaign is done"
+                                 f" (`orchestrate resume` retries them): {'; '.join(isolated)}")
             return state
 
     def _grow(self, state: TodoState) -> None:
@@ -186,7 +195,7 @@ class Runner:
             self.log(f"[{todo.id}] runs again: {reason}"
                      + (f"; so do its dependents {', '.join(also)}" if also else ""))
 
-    def _next(self, state: TodoState) -> Todo | None:
+    def _next(self, state: TodoState, isolated: list[str] | None = None) -> Todo | None:
         status = {todo.id: todo.status for todo in state.todos}
         ready = [
             todo
@@ -196,7 +205,7 @@ class Runner:
         ]
         if not ready:
             blocked = [t.id for t in state.todos if t.status not in DONE]
-            if blocked:
+            if blocked and not isolated:
                 raise TaskFailed(f"todos {', '.join(blocked)} can never run: a dependency failed")
             return None
         order = {todo.id: index for index, todo in enumerate(state.todos)}

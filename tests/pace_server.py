@@ -112,8 +112,26 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
                     "path": path, "prompt": prompt})
 
 
+def flags(argv: list[str]) -> tuple[list[str], dict[str, float]]:
+    """Positional arguments and the flags after them, as a campaign's `service.command` plus an
+    experiment's `extra_args` give them: `--pace-ms X` streams at another pace (a variant flag
+    whose effect is known exactly); any other flag is refused as vLLM refuses one (exit 2)."""
+    first_flag = next((i for i, a in enumerate(argv) if a.startswith("--")), len(argv))
+    positional, rest = argv[:first_flag], argv[first_flag:]
+    given: dict[str, float] = {}
+    if len(rest) % 2:
+        raise SystemExit(f"pace_server: error: each flag takes a value: {rest}")
+    for name, value in zip(rest[::2], rest[1::2], strict=True):
+        if name != "--pace-ms":
+            raise SystemExit(f"pace_server: error: unrecognized arguments: {name}")
+        given[name] = float(value)
+    return positional, given
+
+
 async def main() -> None:
-    port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+    positional, given = flags(sys.argv[1:])
+    sys.argv[1:] = positional
+    port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), given.get("--pace-ms", float(sys.argv[3]))
     fail_every, stall_ms, tail_ms = (int(sys.argv[4]) if len(sys.argv) > 4 else 0,
                                      *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]))
     DIE_AFTER["n"] = int(sys.argv[7]) if len(sys.argv) > 7 else 0

@@ -6,6 +6,8 @@ test_campaign_e2e.py."""
 from __future__ import annotations
 
 import json
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,124 @@ def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -
                   ("small", "big", "hidden", "worse", "trade", "tiny_trade")}
     assert [e.name for e in chosen_by_record(record, candidates, 10)] == ["big", "small", "hidden", "trade"]
     assert [e.name for e in chosen_by_record(record, candidates, 2)] == ["big", "small"]
+
+
+PACE_SERVER = Path(__file__).parent / "pace_server.py"
+
+
+def pace_campaign(folder: Path, model: Path, experiments: str, pace_ms: float = 10.0) -> Path:
+    """A campaign whose server is the known-pace fake (tests/pace_server.py, a fake on purpose:
+    a variant flag, `--pace-ms`, changes its pace by a known amount, so the realised gain is known)."""
+    from sshd import free_port
+
+    (folder / "campaign.toml").write_text(textwrap.dedent(f"""\
+        [campaign]
+        name = "pace"
+        phases = ["macro"]
+        [service]
+        model = "{model}"
+        port = {free_port()}
+        command = ["{sys.executable}", "{PACE_SERVER}", "{{port}}", "5", "{pace_ms}"]
+        env = {{ PACE_MODEL = "{model}" }}
+        ready_deadline_s = 60
+        [macro]
+        output_tokens = 16
+        single_stream_requests = 4
+        concurrency_max = 2
+        requests_per_level = 4
+        """) + experiments)
+    return folder / "state" / "todo.json"
+
+
+def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Path, tiny_model: Path) -> None:
+    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+        [[experiments]]
+        option = "speculative_decoding"
+        name = "faster"
+        extra_args = ["--pace-ms", "6"]
+        capture = false
+        """))
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    ledger = json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]
+    assert [entry["experiment"] for entry in ledger] == ["faster"]
+    # 10 ms a token -> 6 ms a token: TPOT falls by 4 ms, whatever the client's overhead.
+    assert ledger[0]["realised_ms"] == pytest.approx(4.0, abs=0.15)
+    state = load_state(state_path).by_id()
+    sweep = state["exp_faster_macro_sweep"].result["levels"]
+    assert [level["concurrency"] for level in sweep] == [1, 2]  # the base's levels, served again
+    findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
+    assert "| faster | --pace-ms 6 |" in findings
+
+
+def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: Path, tiny_model: Path) -> None:
+    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+        [[experiments]]
+        option = "fp8_kv_cache"
+        name = "broken"
+        extra_args = ["--no-such-flag", "1"]
+        capture = false
+        serving = "single"
+
+        [[experiments]]
+        option = "speculative_decoding"
+        name = "faster"
+        extra_args = ["--pace-ms", "6"]
+        capture = false
+        serving = "single"
+        """))
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "exp_broken_service_ready" in result.stderr and "the rest of the campaign is done" in result.stderr
+    state = load_state(state_path).by_id()
+    assert state["exp_broken_service_ready"].status == "failed"
+    assert state["exp_broken_macro_single"].status == "pending"
+    assert state["exp_faster_macro_single"].status == "completed"
+    assert state["macro_sweep"].status == "completed"
+    findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
+    assert "- Single-stream TPOT 10." in findings  # the campaign's own result stands
+    row = next(line for line in findings.splitlines() if line.startswith("| broken |"))
+    assert "**failed** at `exp_broken_service_ready`" in row
+    assert "| faster |" in findings
+
+
+def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path, tiny_model: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+        [[experiments]]
+        option = "speculative_decoding"
+        name = "faster"
+        extra_args = ["--pace-ms", "6"]
+        capture = false
+        """), pace_ms=40.0)
+    controller = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        todo = load_state(state_path).by_id().get("exp_faster_macro_sweep") if state_path.exists() else None
+        if todo is not None and todo.status == "in_progress":
+            break
+        time.sleep(0.05)
+    else:
+        controller.kill()
+        raise AssertionError("the experiment's sweep never started: " + controller.communicate()[1][-2000:])
+    first = controller.stdout
+    controller.send_signal(signal.SIGKILL)  # the fault: the controller dies mid-experiment
+    controller.wait()
+    launches = first.read().count("launched custom server")
+    assert launches == 2  # the base's server, then the variant's
+    again = run_cli(["resume"], tmp_path, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    # The variant's server outlived the controller (its own session) and is adopted, or it is
+    # relaunched; the base's is never started again.
+    relaunched = [line for line in again.stdout.splitlines() if "launched custom server" in line]
+    assert all("--pace-ms 6" in line for line in relaunched), relaunched
+    assert relaunched or "adopting the server" in again.stdout
+    levels = load_state(state_path).by_id()["exp_faster_macro_sweep"].result["levels"]
+    assert all(level["tpot_ms"]["p50"] == pytest.approx(6.0, abs=0.5) for level in levels)  # the variant's pace
+    state = load_state(state_path).by_id()
+    assert state["exp_faster_macro_sweep"].interruptions == 1
+    assert state["service_ready"].attempts == 1 and state["macro_sweep"].attempts == 1

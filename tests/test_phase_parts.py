@@ -304,3 +304,12 @@ def test_gpu_memory_census_reads_nvidia_smi(csv_text: str, busy: list[str]) -> N
     from tasks.service.lifecycle import busy_gpus
 
     assert busy_gpus(csv_text) == busy
+
+
+def test_an_input_that_cannot_change_a_gain_is_not_called_an_assumption() -> None:
+    from tasks.synthesis.decisions import matters
+
+    formula = "w4a16_gemm_delta_ms + moe_ms * (1 - moe_w4a16_time_ratio)"
+    assert not matters(formula, BASE, "moe_w4a16_time_ratio")  # a dense model: no expert GEMM
+    assert matters(formula, BASE | {"moe_ms": 1.5}, "moe_w4a16_time_ratio")
+    assert matters(formula, BASE | {"w4a16_gemm_delta_ms": None}, "w4a16_gemm_delta_ms")

@@ -4,6 +4,8 @@ The chain is the service, macro (and, with `capture`, profile and analysis) unit
 built on the experiment's session, each id prefixed `exp_<name>_`, run in order (each link
 depends on the one before; the first on the decision record), all needing the variant's own
 server (`service@<name>`), so the variant loads once and is stopped before the next one starts.
+Each link is isolated: a variant that fails (its server does not start) fails its own chain,
+the other experiments go on and the campaign's findings are written.
 A link reads the chain's results first (its scope) and the campaign's otherwise (host facts,
 model facts where the model is the same, the GEMM and all-reduce micros).
 """
@@ -82,7 +84,7 @@ def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any])
         kept = [dep for dep in spec.depends_on if dep not in SHADOWED or dep == "model_facts"
                 and "model_facts" not in wanted]
         chain.append(dataclasses.replace(
-            spec, id=prefix + spec_id, scope=prefix,
+            spec, id=prefix + spec_id, scope=prefix, isolated=True,
             content=f"Experiment {experiment.name} ({experiment.option}): {spec.content[0].lower()}{spec.content[1:]}",
             depends_on=tuple(dict.fromkeys([previous, *kept])),
             needs=tuple(need if n == "service" else n for n in spec.needs),

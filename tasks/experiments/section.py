@@ -33,7 +33,12 @@ def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | N
     out = []
     for experiment in experiments_run(findings):
         found = verify(findings, record, experiment, rules)
-        found.complete = all(todos[i].status == Status.completed for i in chain_ids(experiment).values() if i in todos)
+        chain = [todos[i] for i in chain_ids(experiment).values() if i in todos]
+        found.complete = all(todo.status == Status.completed for todo in chain)
+        failed = next((todo for todo in chain if todo.status == Status.failed), None)
+        if failed is not None:
+            message = failed.error.message.splitlines()[0][:200] if failed.error else "no message"
+            found.failure = f"`{failed.id}`: {message}"
         out.append(found)
     return record, out
 
@@ -61,6 +66,8 @@ def experiments_section(findings: Findings, rules: object) -> str:
                      f"{fmt_ms(r.delta_ms)} [{fmt_ms(r.low_ms)}, {fmt_ms(r.high_ms)}]",
                      "n/a" if v.ratio is None else f"{v.ratio:.2f}", fmt_ms(v.calibrated_ms),
                      "n/a" if v.calibrated_ratio is None else f"{v.calibrated_ratio:.2f}",
+                     f"**failed** at {v.failure} (the campaign's own findings stand; `orchestrate resume`"
+                     " retries it)" if v.failure else
                      v.verdict + ("" if v.complete else " (**experiment not finished**)")])
     if rows:
         text += md_table(["experiment", "change", "decision", "predicted ms", "TPOT ms base → variant",
@@ -80,7 +87,7 @@ def experiments_section(findings: Findings, rules: object) -> str:
             line += (f". vLLM's counters: mean acceptance length {spec:.2f} over {fmt_figure(drafts)} drafts"
                      + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
                      + f", against the assumed {fmt_figure(record.figures.get('spec_expected_tokens'))}")
-        text += line + ("; " + "; ".join(v.notes) if v.notes else "") + ".\n"
+        text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v)]) + ".\n"
     if candidates or not_applicable:
         text += (f"\n`experiments = \"auto\"` ran {ELIGIBLE}. Options it cannot apply by configuration: "
                  + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none") + ".\n")
@@ -88,6 +95,25 @@ def experiments_section(findings: Findings, rules: object) -> str:
     text += (f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
              " `orchestrate ledger` prints every verified option with the median error).\n")
     return text
+
+
+def _trace_change(v: Verification) -> list[str]:
+    """Where the realised change sits: on the device or on the host (between kernels), from the
+    two traces; a formula of device figures cannot see the second."""
+    pairs = [(what, v.base_figures.get(name), v.variant_figures.get(f"x_{name}"))
+             for what, name in (("device work", "device_ms"), ("wall", "step_wall_ms"))]
+    if any(base is None or variant is None for _, base, variant in pairs):
+        return []
+    notes = ["the traces, a step: " + ", ".join(f"{what} {base:.3f} → {variant:.3f} ms ({variant - base:+.3f})"
+                                               for what, base, variant in pairs)]
+    (_, device, x_device), (_, wall, x_wall) = pairs
+    waits, x_waits = wall - device, x_wall - x_device  # type: ignore[operator]
+    reads_wall = any("step_wall_ms" in expression for expression in v.measured_expressions.values())
+    if not reads_wall and abs(x_waits - waits) > max(0.05, 0.1 * abs(v.realised.delta_ms or 0)):
+        notes.append(f"**the step's wall beyond its device work went {waits:.3f} → {x_waits:.3f} ms"
+                     f" ({x_waits - waits:+.3f})**: time the GPU waits on the host, which no device-time input"
+                     " of this formula holds; the gap between calibrated and realised is there, not in an assumption")
+    return notes
 
 
 ELIGIBLE = ("the prioritised options, those not pursued only for noise and precision trades whose predicted"

@@ -47,7 +47,11 @@ class Verification:
     measured_inputs: dict[str, float | None] = field(default_factory=dict)
     still_assumed: list[str] = field(default_factory=list)
     variant_figures: dict[str, float | None] = field(default_factory=dict)
+    base_figures: dict[str, float | None] = field(default_factory=dict)
+    measured_expressions: dict[str, str] = field(default_factory=dict)
     complete: bool = True
+    failure: str | None = None
+    """The chain's failed todo and its error, where one failed."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -118,7 +122,6 @@ def variant_rule_figures(findings: Findings, experiment: Experiment, rules: obje
     figures = key_figures(view)
     values = rule_figures(figures, rules.assumptions)  # type: ignore[attr-defined]
     out = {f"x_{k}": v for k, v in values.items()}
-    out["x_device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     levels = ([figures.single.single_stream] if figures.single else []) + (figures.sweep.levels if figures.sweep else [])
     spec = next((level.spec_decode for level in levels if level.spec_decode), None)
     out["x_spec_mean_acceptance_length"] = spec.mean_acceptance_length if spec else (1.0 if levels else None)
@@ -147,7 +150,9 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     result.variant_figures = x
     # The record's figures as written; a figure a newer rules file reads that the record predates
     # comes from the base's results now (the same measurements).
-    every = rule_figures(base_figures, rules.assumptions) | record.figures | x  # type: ignore[attr-defined]
+    result.base_figures = rule_figures(base_figures, rules.assumptions) | record.figures  # type: ignore[attr-defined]
+    every = result.base_figures | x
+    result.measured_expressions = dict(spec.measured)
     for name, expression in spec.measured.items():
         try:
             result.measured_inputs[name] = evaluate(expression, every)

@@ -50,6 +50,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     # A step's wall time in the trace: with speculative decoding the drafting and the rejection
     # sampler run on the host between the GPU's kernels (H200: +0.37 ms device, +5.9 ms wall).
     out["step_wall_ms"] = figures.rank0.wall_ms_per_step if figures.rank0 else None
+    out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     out["fits_half_tp"] = _fits_half_tp(figures)
     out.update(assumptions)
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
