@@ -325,3 +325,46 @@ def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path
     state = load_state(state_path).by_id()
     assert state["exp_faster_macro_sweep"].interruptions == 1
     assert state["service_ready"].attempts == 1 and state["macro_sweep"].attempts == 1
+
+
+def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """Two points of the known-pace fake (its `--pace-ms` flag, swept as a vLLM flag would be):
+    each is launched once, served at the campaign's levels, and the faster one dominates."""
+    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+        [[experiments]]
+        name = "pace"
+        grid = { pace_ms = [6, 20] }
+        """))
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    launches = [line for line in result.stdout.splitlines() if "launched custom server" in line]
+    assert len(launches) == 3 and "--pace-ms 6" in launches[1] and "--pace-ms 20" in launches[2]
+    state = load_state(state_path).by_id()
+    assert "exp_pace_1_profile_capture" not in state  # a grid point captures only when asked
+    findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
+    section = findings.split("## Server-parameter sweep", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("| ").split(" | ") for line in section.splitlines()
+            if line.startswith("| pace_") or line.startswith("| campaign")]
+    assert [(row[0], row[3]) for row in rows] == [(p, c) for p in ("campaign", "pace_1", "pace_2") for c in "12"]
+    for label, pace in (("campaign", 10.0), ("pace_1", 6.0), ("pace_2", 20.0)):
+        assert all(float(row[4]) == pytest.approx(pace, rel=0.05) for row in rows if row[0] == label)
+    front = {row[0] for row in rows if row[-1].strip() == "yes"}
+    assert front == {"pace_1"}  # 6 ms a token beats 10 and 20 on both axes
+    assert "Best point of all (no SLO set): **pace_1**" in section
+    assert (tmp_path / "reports" / "pace" / "pareto_pace.png").stat().st_size > 1000
+    assert not (tmp_path / "reports" / "ledger.json").exists()  # a sweep's point verifies no option
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('grid = { max_num_seqs = [8, 16] }\n', "a grid needs a name"),
+    ('name = "g"\noption = "fp8_kv_cache"\ngrid = { max_num_seqs = [8] }\n', "applies no option"),
+    ('name = "g"\ngrid = { tensor_parallel = [0] }\n', "whole numbers"),
+    ('name = "g"\ngrid = { max_num_seqs = [] }\n', "at least one value"),
+    ('name = "g"\n', "experiments.0.option': missing"),
+])
+def test_a_bad_grid_is_one_line_exit_2(tmp_path: Path, table: str, message: str) -> None:
+    (tmp_path / "campaign.toml").write_text("[[experiments]]\n" + table)
+    result = run_cli(["init"], tmp_path, timeout=60)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "\n" not in result.stderr.strip() and not (tmp_path / "state").exists()

@@ -155,3 +155,30 @@ def test_graph_replayed_all_reduces_are_shown_beside_the_eager_loop_and_predict_
     run.update(graph_rows=None, graph_unavailable="one rank: nothing to capture")
     label, by_size = server_path(AllreduceRun.model_validate(run))
     assert label == "torch.distributed nccl" and by_size[first["bytes"]].latency_us == first["latency_us"]
+
+
+def test_a_grid_point_a_rule_covers_is_predicted_from_the_base_figures(tmp_path: Path) -> None:
+    """Draft tokens alone and half the TP alone have a formula; other parameters do not."""
+    from tasks.experiments.config import Change, Experiment
+    from tasks.experiments.sweep_section import predicted_point
+    from tasks.synthesis.decisions import RULES_PATH, load_rules
+    from tasks.synthesis.figures import key_figures
+    from tasks.view import Findings
+
+    config = config_model(UNITS).model_validate({})
+    session = Session(config=config, state_path=FIXTURE, reports_dir=tmp_path, host_factory=no_host)
+    findings = Findings(session, load_state(FIXTURE), tmp_path)
+    base, rules = key_figures(findings), load_rules(RULES_PATH)
+
+    def point(**params: int) -> Experiment:
+        return Experiment("g_1", "grid", Change(), grid="g", point=tuple(params.items()))
+
+    tpot = base.single.single_stream.tpot_ms.mean
+    three = predicted_point(findings, base, point(num_speculative_tokens=3), rules, 2)
+    five = predicted_point(findings, base, point(num_speculative_tokens=5), rules, 2)
+    assert three and five and five[0] > three[0] > 1000 / tpot  # more drafts, more tokens a step (assumed rate)
+    assert three[1] == pytest.approx(three[0] / 2)  # c=1 on two ranks
+    half = predicted_point(findings, base, point(tensor_parallel=1), rules, 2)
+    assert half is not None and half[1] == pytest.approx(half[0])
+    assert predicted_point(findings, base, point(max_num_seqs=8), rules, 2) is None
+    assert predicted_point(findings, base, point(tensor_parallel=1, num_speculative_tokens=3), rules, 2) is None

@@ -17,8 +17,16 @@ from typing import Any
 from orchestrator.campaign import Need, TaskSpec
 from orchestrator.errors import InputError
 from orchestrator.schema import Priority, Status, TodoState
-from tasks.experiments.chain import DECISION_RECORD, chain_specs, need_name, scope, variant_session
-from tasks.experiments.config import EXPERIMENTS_FIELD, Change, Experiment
+from tasks.experiments.chain import (
+    DECISION_RECORD,
+    chain_ids,
+    chain_specs,
+    need_name,
+    scope,
+    variant_session,
+)
+from tasks.experiments.config import EXPERIMENTS_FIELD, GRID_OPTION, Change, Experiment
+from tasks.experiments.grid import expand
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -62,6 +70,12 @@ def configured(session: Session) -> tuple[list[Experiment], dict[str, Experiment
     tp = config.service.tensor_parallel
     explicit: list[Experiment] = []
     for index, entry in enumerate(listed):
+        if entry.grid is not None:
+            explicit += expand(entry, index)
+            continue
+        if entry.option == GRID_OPTION:
+            raise InputError(f"campaign.toml: field 'experiments.{index}.option': missing; name the decision"
+                             f" option it applies (known: {', '.join(rules.specs)}), or give a grid")
         option = rules.specs.get(entry.option)
         if option is None:
             raise InputError(f"campaign.toml: field 'experiments.{index}.option': '{entry.option}' is not an option"
@@ -160,3 +174,11 @@ def make_unit(base_units: list[PhaseUnit]) -> PhaseUnit:
     return PhaseUnit(name="experiments", specs=lambda session, enabled: _specs(session, enabled, units),
                      extra_config={"experiments": EXPERIMENTS_FIELD}, needs=_needs, selectable=False,
                      grow=lambda session, state: _grow(session, state, units))
+
+
+def experiments_run(findings: Any) -> list[Experiment]:
+    """The experiments whose todos are in this campaign's todo file, in order."""
+    explicit, candidates, _ = configured(findings.session)
+    todos = findings.state.by_id()
+    return [e for e in [*explicit, *candidates.values()]
+            if any(todo_id in todos for todo_id in chain_ids(e).values())]

@@ -4,7 +4,8 @@
 `experiments = "auto"` (or `[campaign] auto_experiments = true` beside a list) adds the options
 the decision record calls for, each with its rule's default `apply`. An experiment's variant
 server is the campaign's with the change applied: extra vLLM args, environment, another model
-folder (a quantized checkpoint) or another tensor-parallel size.
+folder (a quantized checkpoint) or another tensor-parallel size. A `grid` makes one experiment
+a point of every combination of its parameters (tasks/experiments/grid.py).
 """
 
 from __future__ import annotations
@@ -16,9 +17,18 @@ from pydantic import Field
 
 from tasks.unit import Section
 
+GRID_OPTION = "grid"
+"""The option a grid point stands for: a server-parameter sweep, not a decision option."""
+
 
 class ExperimentConfig(Section):
-    option: str = Field(description="the decision option it applies: an [[option]] id of the decision rules")
+    option: str = Field(GRID_OPTION, description=(
+        "the decision option it applies: an [[option]] id of the decision rules (a grid needs none)"))
+    grid: dict[str, list[int | float | str]] | None = Field(None, description=(
+        "a server-parameter sweep, like `vllm bench sweep serve`: one variant server (one load) for every"
+        " combination; keys: tensor_parallel, num_speculative_tokens (n-gram; 0: none), or any vLLM flag by"
+        " its name (max_num_seqs: --max-num-seqs); each point is served as the campaign is, without a"
+        " capture unless capture is set"))
     name: str | None = Field(None, pattern=r"^[a-z0-9_]{1,40}$", description=(
         "names its todos (exp_<name>_...); default: the option id"))
     extra_args: list[str] | None = Field(None, description=(
@@ -72,3 +82,7 @@ class Experiment:
     auto: bool = False
     """Chosen by the decision record (experiments = 'auto'), not listed by the user."""
     notes: tuple[str, ...] = field(default=())
+    grid: str | None = None
+    """The grid this point belongs to (its [[experiments]] name), None for a decision option."""
+    point: tuple[tuple[str, int | float | str], ...] = ()
+    """The grid point's parameters, in the grid's order."""

@@ -6,23 +6,13 @@ from datetime import UTC, datetime
 
 from orchestrator.report import md_table
 from orchestrator.schema import Status
+from tasks.experiments import experiments_run
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.config import Experiment
 from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, append, load_ledger
 from tasks.experiments.record import DecisionRecord
 from tasks.experiments.verify import Verification, verify
 from tasks.synthesis.decisions import fmt_figure, fmt_ms
 from tasks.view import Findings, fmt
-
-
-def experiments_run(findings: Findings) -> list[Experiment]:
-    """The experiments whose todos are in this campaign's todo file, in order."""
-    from tasks.experiments import configured
-
-    explicit, candidates, _ = configured(findings.session)
-    todos = findings.state.by_id()
-    return [e for e in [*explicit, *candidates.values()]
-            if any(todo_id in todos for todo_id in chain_ids(e).values())]
 
 
 def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | None, list[Verification]]:
@@ -32,6 +22,8 @@ def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | N
     todos = findings.state.by_id()
     out = []
     for experiment in experiments_run(findings):
+        if experiment.grid:
+            continue  # a sweep's point: tasks/experiments/sweep_section.py
         found = verify(findings, record, experiment, rules)
         chain = [todos[i] for i in chain_ids(experiment).values() if i in todos]
         found.complete = all(todo.status == Status.completed for todo in chain)
@@ -45,12 +37,15 @@ def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | N
 
 def experiments_section(findings: Findings, rules: object) -> str:
     from tasks.experiments import configured
+    from tasks.experiments.sweep_section import sweep_section
 
     record, found = verifications(findings, rules)
     explicit, candidates, not_applicable = configured(findings.session)
     if record is None:
         return ("## Experiments: predicted vs realised\n\nThe decision record has not been written yet:"
                 " `orchestrate resume` goes on.\n") if explicit or candidates else ""
+    if not found and not candidates:
+        return sweep_section(findings, rules)
     text = ("## Experiments: predicted vs realised\n\nEach experiment relaunched the server with one option applied"
             " and served it as the campaign did (same levels, repeats and prompts). Predicted: the decision record's"
             f" ΔTPOT, written before any experiment ran, at c={record.concurrency} (the capture's level). Realised:"
@@ -94,7 +89,7 @@ def experiments_section(findings: Findings, rules: object) -> str:
     added = _ledger(findings, record, [v for v in found if v.complete])
     text += (f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
              " `orchestrate ledger` prints every verified option with the median error).\n")
-    return text
+    return text + ("\n" + sweep if (sweep := sweep_section(findings, rules)) else "")
 
 
 def _trace_change(v: Verification) -> list[str]:
