@@ -13,6 +13,8 @@ from orchestrator.atomic import write_atomic
 from orchestrator.cli import ExtraCommand
 from orchestrator.errors import InputError
 
+RULES_PATH_TEXT = "tasks/analysis/rules.toml"
+
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
@@ -36,10 +38,14 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", type=Path, nargs="+", help="trace files (.json or .json.gz) or folders of them")
     parser.add_argument("--json", action="store_true", help="print the breakdown as the campaign stores it")
     parser.add_argument("--out", type=Path, help="write analysis.md, breakdown.json and breakdown.png there")
-    parser.add_argument("--step-marker", default="vllm",
-                        help="what marks a step: vllm (default), profiler-step (ProfilerStep#N), sglang, or"
-                             " a regular expression over annotation names (a group named 'kind' saying"
+    parser.add_argument("--step-marker", default="auto",
+                        help="what marks a step: auto (default: the first of vllm, sglang and profiler-step"
+                             " found), vllm (execute_context_N(...)_generation_M(...)), sglang (step[DECODE"
+                             " bs=32]), profiler-step (ProfilerStep#N), or a regular expression over annotation"
+                             " names, e.g. '^decode_step_\\d+$' (a group named 'kind' saying"
                              " decode/prefill/mixed gives the step's kind)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 2 when a kernel family no rule matches takes over 2%% of a step's device time")
     parser.add_argument("--rules", type=Path, help="kernel category rules (default: tasks/analysis/rules.toml)")
     parser.add_argument("--workers", type=int, default=2, help="traces analysed at once (default 2)")
 
@@ -67,15 +73,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(document, indent=1))
     else:
-        _print_table(analysis)
+        _print_table(analysis, str(args.rules or RULES_PATH_TEXT))
     if out is not None:
         _write(out, analysis, document)
         if not args.json:
             print(f"written: {out / 'analysis.md'}, {out / 'breakdown.json'}, {out / 'breakdown.png'}")
+    uncovered = [(rank.rank, u) for rank in analysis.ranks for u in rank.uncategorised]
+    if args.strict and uncovered:
+        rules = args.rules or RULES_PATH
+        raise InputError(f"{rules}: no rule matches " + "; ".join(
+            f"`{u.family}` ({u.share_pct:.1f}% of rank {rank}'s device time)" for rank, u in uncovered[:5])
+            + "; add a [[rule]] for it (or drop --strict)")
     return 0
 
 
-def _print_table(analysis) -> None:  # noqa: ANN001 - tasks.analysis.results.Breakdown
+def _print_table(analysis, rules: str) -> None:  # noqa: ANN001 - tasks.analysis.results.Breakdown
     from rich.console import Console
     from rich.table import Table
 
@@ -92,9 +104,21 @@ def _print_table(analysis) -> None:  # noqa: ANN001 - tasks.analysis.results.Bre
     table.add_row("steps", *(f"{r.decode_steps} {STEP_WORDS.get(r.steps_kind, r.steps_kind)}" for r in analysis.ranks))
     table.add_row("device ms a step", *(f"{r.device_ms_per_step:.3f}" for r in analysis.ranks))
     table.add_row("wall ms a step", *(f"{r.wall_ms_per_step:.3f}" for r in analysis.ranks))
+    if any(r.between_steps and r.between_steps.device_ms_per_step for r in analysis.ranks):
+        # vLLM 0.26 runs a dense model's lm_head and sampler between two step annotations: its
+        # own row, and the step with it, so dense and MoE models read like for like.
+        table.add_row("+ between steps", *(f"{r.between_steps.device_ms_per_step:.3f}" if r.between_steps else "-"
+                                           for r in analysis.ranks))
+        table.add_row("device ms incl. between", *(
+            f"{r.device_ms_per_step + (r.between_steps.device_ms_per_step if r.between_steps else 0):.3f}"
+            for r in analysis.ranks))
     console.print(table)
+    from tasks.analysis.section import input_notes
+
     for rank in analysis.ranks:
         console.print(f"rank {rank.rank}: {Path(rank.trace).name}" + (f" — note: {rank.note}" if rank.note else ""))
+    for line in input_notes(analysis, rules):
+        console.print(line.replace("**", "[bold]", 1).replace("**", "[/bold]", 1), highlight=False)
     imbalance = analysis.imbalance
     console.print(f"imbalance: device work a step {imbalance.device_ms_per_step_min:.3f} to"
                   f" {imbalance.device_ms_per_step_max:.3f} ms; communication share by rank "

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InputError
-from tasks.analysis.step_markers import StepMarker, step_marker
+from tasks.analysis.coverage import backward_share, uncovered_families
+from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us
+from tasks.analysis.step_markers import StepMarker, resolve, step_marker
 from tasks.analysis.trace_reader import Columns, read_columns
 
 RULES_PATH = Path(__file__).with_name("rules.toml")
@@ -68,9 +70,9 @@ def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0,
 
 def analyze_columns(columns: Columns, classify: Classifier, source: str, fallback_rank: int = 0,
                     marker: StepMarker | None = None) -> dict[str, Any]:
-    marker = marker or step_marker()
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
+    marker = resolve(marker or step_marker(), {name for _, name, *_ in columns.steps})
     # Step windows: GPU-timeline annotations when present (kernels run after their launch).
     # Each distinct name is matched and parsed once: a trace repeats a few step names thousands of times.
     marking = {name for name in {name for _, name, *_ in columns.steps} if marker.matches(name)}
@@ -99,9 +101,16 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
         busy = dur
     else:
         ts, dur, name_ids, busy = _cpu_ops(columns, classify)
-    step_of = np.searchsorted(starts, ts, side="right") - 1
+    # A kernel belongs to the step whose window holds its start; with CPU-only step marks, the
+    # step whose CPU range holds its launch (it may run after the range closes: the window then
+    # extends to the last such kernel's end, so neither its work nor its wall is dropped).
+    by_launch = kind == "gpu" and wanted == "user_annotation" and columns.linked and not note
+    key = launch_times(columns, ts) if by_launch else ts
+    step_of = np.searchsorted(starts, key, side="right") - 1
     inside = step_of >= 0
-    inside[inside] &= ts[inside] <= ends[step_of[inside]]
+    inside[inside] &= key[inside] <= ends[step_of[inside]]
+    if by_launch and inside.any():
+        np.maximum.at(ends, step_of[inside], (ts + dur)[inside])
     events = (ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside])
     category_of_name = [classify(name) for name in columns.names]
     present = [k for k in ("decode", "step", "prefill", "mixed") if (kinds == k).any()]
@@ -130,10 +139,27 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
     return {
         "rank": rank, "kind": kind, "decode_steps": int(chosen.sum()), "steps_kind": primary,
         "step_marker": marker.spec, "note": note,
+        "attributed_by": "launch" if by_launch else "start",
+        "world_size": columns.world_size, "trace_id": columns.trace_id,
         "decode_tokens_per_step": float(decode_tokens[chosen].mean()),
         "prefill_steps": int((kinds == "prefill").sum()), "mixed_steps": int((kinds == "mixed").sum()),
         **top, "other_steps": others, "trace": source,
     }
+
+
+def launch_times(columns: Columns, ts: np.ndarray) -> np.ndarray:
+    """Each device event's launch time on the CPU (its runtime call with the same correlation
+    id), or its own start where the trace has no such call."""
+    device = np.frombuffer(columns.device_correlation, dtype=np.int64)
+    launch_ids = np.frombuffer(columns.launch_correlation, dtype=np.int64)
+    launch_ts = np.frombuffer(columns.launch_ts, dtype=np.float64)
+    if not len(launch_ids) or len(device) != len(ts):
+        return ts
+    order = np.argsort(launch_ids, kind="stable")
+    ids, times = launch_ids[order], launch_ts[order]
+    at = np.clip(np.searchsorted(ids, device), 0, len(ids) - 1)
+    found = (ids[at] == device) & (device >= 0)
+    return np.where(found, times[at], ts)
 
 
 def _whole_trace(columns: Columns, kind: str, source: str) -> tuple[float, float, str]:
@@ -262,81 +288,9 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
                         for i in top if name_calls[i]],
         "unmatched_names": [names[i] for i in np.argsort(-name_calls, kind="stable")
                             if name_calls[i] and category_of_name[i] == OTHER][:20],
+        "uncategorised": uncovered_families(name_us, names, category_of_name, device_us),
+        "backward_share_pct": backward_share(name_us, names, device_us),
     }
-
-
-def _ci95_ms(per_step_us: np.ndarray) -> float | None:
-    """Half-width of the 95% interval of a mean over steps (1.96 standard errors), in ms: the
-    noise of a per-step figure, for comparing two captures."""
-    if per_step_us.shape[0] < 2:
-        return None
-    return float(1.96 * per_step_us.std(ddof=1) / np.sqrt(per_step_us.shape[0]) / 1000)
-
-
-def _cpu_ops(columns, classify: Classifier) -> tuple[np.ndarray, ...]:  # noqa: ANN001
-    """CPU op time, each microsecond counted once. CPU ops nest (a torch.compile graph call >
-    aten::linear > aten::addmm): an op a rule matches counts whole, under its category, unless it
-    is inside another matched op; an op no rule matches counts only its own time outside its
-    children, as "other" (and is listed), so it neither vanishes nor swallows what it wraps.
-    Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
-    their thread, for the union of busy time."""
-    ts, dur, names = columns.arrays("cpu")
-    matched_name = np.array([classify(name) != OTHER for name in columns.names] or [False], dtype=bool)
-    matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
-    counted = np.zeros(len(ts))
-    busy = np.zeros(len(ts))
-    keep = np.zeros(len(ts), dtype=bool)
-    children_us = np.zeros(len(ts))
-    order = sorted(range(len(ts)), key=lambda i: (columns.cpu_tid[i], ts[i], -dur[i]))
-    stack: list[tuple[float, int, bool]] = []  # (end, index, inside or is a matched op)
-    thread = None
-    for i in order:
-        if columns.cpu_tid[i] != thread:
-            thread, stack = columns.cpu_tid[i], []
-        while stack and stack[-1][0] <= ts[i]:
-            stack.pop()
-        under_matched = bool(stack) and stack[-1][2]
-        if stack:
-            children_us[stack[-1][1]] += dur[i]
-        else:
-            busy[i] = dur[i]
-        stack.append((ts[i] + dur[i], i, under_matched or bool(matched[i])))
-        keep[i] = not under_matched
-    counted[keep & matched] = dur[keep & matched]
-    own = keep & ~matched
-    counted[own] = np.maximum(dur[own] - children_us[own], 0.0)
-    return ts[keep], counted[keep], names[keep], busy[keep]
-
-
-def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
-    """Busy time: the union of [ts, ts + dur) intervals, merged within each step.
-
-    One running maximum of the ends over every step at once (a loop over steps cost 0.03 s of a
-    rank's 0.3 s on 9,000 steps). It equals each step's own running maximum wherever no work of an
-    earlier step still runs past the step's first start (every end in the step is then at least
-    that start, so an earlier, smaller maximum cannot win); the steps where it does run past are
-    merged on their own, as before."""
-    if not len(ts):
-        return 0.0
-    order = np.lexsort((ts, step_of))
-    ts, ends, step_of = ts[order], (ts + dur)[order], step_of[order]
-    running_end = np.maximum.accumulate(ends)
-    first = np.concatenate(([0], np.nonzero(np.diff(step_of))[0] + 1))
-    overrun = np.zeros(len(first), dtype=bool)
-    overrun[1:] = running_end[first[1:] - 1] > ts[first[1:]]
-    bounds = np.append(first, len(ts))
-    for group in np.nonzero(overrun)[0]:  # an earlier step's work runs into this one: its own maximum
-        segment = slice(bounds[group], bounds[group + 1])
-        running_end[segment] = np.maximum.accumulate(ends[segment])
-    # A segment of busy time starts at each step's first event and wherever an event starts
-    # after everything before it in its step has ended; it ends at the running end before the
-    # next segment starts.
-    opens = np.zeros(len(ts), dtype=bool)
-    opens[first] = True
-    opens[1:] |= ts[1:] > running_end[:-1]
-    starts = np.nonzero(opens)[0]
-    closes = np.append(starts[1:] - 1, len(ts) - 1)
-    return float((running_end[closes] - ts[starts]).sum())
 
 
 def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
@@ -377,13 +331,16 @@ def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers
             ranks = pool.map(_analyze_one, jobs, chunksize=1)
     else:
         ranks = [_analyze_one(job) for job in jobs]
+    from tasks.analysis.rank_checks import rank_warnings
+
+    warnings = rank_warnings(ranks, [rank for rank, _ in sorted(paths.items())])
     device_ms = [r["device_ms_per_step"] for r in ranks]
     comm = [r["categories"].get("communication", {}).get("share_pct", 0.0) for r in ranks]
     return {
-        "ranks": ranks,
+        "ranks": ranks, "warnings": warnings,
         "imbalance": {
             "device_ms_per_step_min": min(device_ms), "device_ms_per_step_max": max(device_ms),
-            "max_over_min": max(device_ms) / min(device_ms) if min(device_ms) else None,
+            "max_over_min": max(device_ms) / min(device_ms) if min(device_ms) and not warnings else None,
             "communication_share_pct_by_rank": comm,
         },
     }

@@ -59,6 +59,15 @@ class GemmSequence(Result):
     positions: list[tuple[int, float]] = Field(description="(index into names, mean µs) a position")
 
 
+class Uncovered(Result):
+    """A kernel family no rule matches, above the guard's share of device time."""
+
+    family: str
+    share_pct: float
+    names: int = Field(description="distinct kernel names in the family")
+    example: str
+
+
 class RankBreakdown(Result):
     """The decode-step figures at the top level; prefill and mixed steps in ``other_steps``."""
 
@@ -69,6 +78,13 @@ class RankBreakdown(Result):
                             " when there are no decode steps; 'step' when the marker does not say")
     step_marker: str = Field("vllm", description="the annotations that marked the steps (--step-marker)")
     note: str | None = Field(None, description="set when the steps are not the usual decode steps, and why")
+    attributed_by: str = Field("start", description="'start': a kernel is in the step whose window holds its"
+                               " start; 'launch': the step whose CPU range holds its launch (CPU-only marks)")
+    backward_share_pct: float = Field(0.0, description="device time in backward/optimizer kernels: above"
+                                      " 5% the trace is a training trace")
+    uncategorised: list[Uncovered] = Field(default_factory=list, description="families in 'other' above 2%")
+    world_size: int | None = Field(None, description="the trace's distributedInfo.world_size")
+    trace_id: str | None = Field(None, description="the profiler session's id (Kineto's trace_id)")
     decode_tokens_per_step: float = Field(0.0, description="sequences decoded a step: the GEMMs' M")
     prefill_steps: int
     mixed_steps: int = 0
@@ -88,6 +104,12 @@ class RankBreakdown(Result):
     gemm_sequence: GemmSequence | None = None
     trace: str
 
+    @property
+    def training(self) -> bool:
+        from tasks.analysis.coverage import BACKWARD_PCT
+
+        return self.backward_share_pct > BACKWARD_PCT
+
     def dominant_category(self) -> str | None:
         busy = {name: c.share_pct for name, c in self.categories.items() if c.calls_per_step}
         return max(busy, key=busy.__getitem__) if busy else None
@@ -105,6 +127,7 @@ class Breakdown(Result):
     imbalance: Imbalance
     artifact: str
     nodes: dict[str, str] = Field(default_factory=dict, description="multi-node: rank -> the node it ran on")
+    warnings: list[str] = Field(default_factory=list, description="inputs that do not look like one run's ranks")
 
     def ranks_by_node(self) -> dict[str, list[int]]:
         grouped: dict[str, list[int]] = {}

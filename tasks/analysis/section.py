@@ -61,6 +61,7 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
              f" {rank.busy_union_ms_per_step:.3f} ms; wall step time {rank.wall_ms_per_step:.3f} ms"
              " (a sum above the union means overlap across streams; wall above the union is idle"
              f" or unattributed host time). Trace: {trace_link}.\n\n")
+    text += "".join(f"{line}\n\n" for line in input_notes(_one_rank(rank)))
     text += md_table(["category", "calls a step", "µs a call (mean)", "µs a call (p50)", "ms a step", "share %"],
                      [[name, fmt(c.calls_per_step, 1), fmt(c.mean_us_per_call, 1),
                        fmt(c.p50_us_per_call, 1), fmt(c.ms_per_step, 3), fmt(c.share_pct, 1)]
@@ -91,9 +92,32 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
     return text
 
 
+def input_notes(analysis: Breakdown, rules: str = "tasks/analysis/rules.toml") -> list[str]:
+    """What the reader must know before trusting the table: kernels no rule covers (above 2% of
+    device time), a training trace, steps attributed by launch, inputs that are not one run."""
+    lines = [f"**Inputs**: {warning}." for warning in analysis.warnings]
+    for rank in analysis.ranks:
+        for u in rank.uncategorised:
+            lines.append(f"**Uncategorised: `{u.family}` is {u.share_pct:.1f}% of rank {rank.rank}'s device time**"
+                         f" ({u.names} name{'s' * (u.names > 1)}, e.g. `{u.example[:80]}`), counted as other:"
+                         f" add a [[rule]] for it to {rules}.")
+        if rank.training:
+            lines.append(f"**Training trace**: {rank.backward_share_pct:.0f}% of rank {rank.rank}'s device time is"
+                         " backward or optimizer kernels; the breakdown covers its marked steps, forward and"
+                         " backward, not inference decode steps.")
+        if rank.attributed_by == "launch":
+            lines.append(f"Rank {rank.rank}: steps are marked on the CPU only; each kernel is in the step whose"
+                         " CPU range launched it (correlation ids), and a step lasts until its last kernel ends.")
+    return lines
+
+
+def _one_rank(rank: RankBreakdown) -> Breakdown:
+    return Breakdown.model_construct(ranks=[rank], warnings=[])
+
+
 def imbalance_text(analysis: Breakdown) -> str:
     imbalance = analysis.imbalance
-    return (f"Rank imbalance: device work a step from {imbalance.device_ms_per_step_min:.3f} to"
+    return "".join(f"**Inputs**: {warning}.\n\n" for warning in analysis.warnings) + (f"Rank imbalance: device work a step from {imbalance.device_ms_per_step_min:.3f} to"
              f" {imbalance.device_ms_per_step_max:.3f} ms; communication share by rank "
              + ", ".join(f"{v:.1f}%" for v in imbalance.communication_share_pct_by_rank)
              + " (a rank that waits longer inside the collective shows a larger share).\n")

@@ -42,6 +42,8 @@ DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 STEP_CATS = frozenset({"user_annotation", "gpu_user_annotation"})
 GPU_PASS_CATS = DEVICE_CATS | STEP_CATS
 CPU_PASS_CATS = STEP_CATS | {"cpu_op"}
+LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+LINK_PASS_CATS = GPU_PASS_CATS | LAUNCH_CATS
 
 
 class Event(msgspec.Struct, gc=False):
@@ -55,15 +57,44 @@ class Event(msgspec.Struct, gc=False):
 
 class Metadata(msgspec.Struct):
     distributedInfo: dict | None = None  # noqa: N815 - the format's name
+    trace_id: str | None = None
 
 
 class Whole(msgspec.Struct):
     traceEvents: list[Event] = []  # noqa: N815 - the format's name
     distributedInfo: dict | None = None  # noqa: N815
+    trace_id: str | None = None
+
+
+class CorrelationArgs(msgspec.Struct, gc=False):
+    correlation: int = -1
+
+
+class Linked(msgspec.Struct, gc=False):
+    """An event with its launch correlation: a kernel's `args.correlation` is the id of the
+    runtime call (`cudaLaunchKernel`, `hipModuleLaunchKernel`, ...) that launched it."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float = 0.0
+    dur: float = 0.0
+    tid: int | str = 0
+    args: CorrelationArgs | None = None
 
 
 EVENTS = msgspec.json.Decoder(list[Event])
+LINKED = msgspec.json.Decoder(list[Linked])
 WHOLE = msgspec.json.Decoder(Whole)
+
+
+class LinkedWhole(msgspec.Struct):
+    traceEvents: list[Linked] = []  # noqa: N815 - the format's name
+    distributedInfo: dict | None = None  # noqa: N815
+    trace_id: str | None = None
+
+
+LINKED_WHOLE = msgspec.json.Decoder(LinkedWhole)
 METADATA = msgspec.json.Decoder(Metadata)
 
 KNOWN_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation", "cpu_op",
@@ -72,7 +103,7 @@ KNOWN_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user
 """The `cat` values of Kineto traces (vLLM's on CPU and on H200s among them)."""
 
 
-def _by_category(wanted: frozenset[str]) -> tuple[msgspec.json.Decoder, frozenset[type]]:
+def _by_category(wanted: frozenset[str], linked: bool = False) -> tuple[msgspec.json.Decoder, frozenset[type]]:
     """A decoder that builds an event's fields only where its `cat` is one a pass keeps: a run
     is a tagged union on `cat`, a known category not kept decodes to an empty struct (no
     strings, no floats). Measured on a 134 MB rank of an H200 trace: 0.33 s against 0.38-0.58 s
@@ -82,14 +113,16 @@ def _by_category(wanted: frozenset[str]) -> tuple[msgspec.json.Decoder, frozense
     kinds = []
     for cat in KNOWN_CATS:
         fields = [(name, kind, default) for name, kind, default in
-                  (("ph", str, ""), ("name", str, ""), ("ts", float, 0.0), ("dur", float, 0.0), ("tid", int | str, 0))
+                  (("ph", str, ""), ("name", str, ""), ("ts", float, 0.0), ("dur", float, 0.0), ("tid", int | str, 0),
+                   *((("args", CorrelationArgs | None, None),) if linked else ()))
                   ] if cat in wanted else []
         kinds.append(msgspec.defstruct(f"{'Kept' if cat in wanted else 'Skipped'}_{cat}", fields, tag_field="cat",
                                        tag=cat, gc=False, namespace={"cat": cat}))
     return msgspec.json.Decoder(list[Union[tuple(kinds)]]), frozenset(k for k in kinds if k.__struct_fields__)  # noqa: UP007
 
 
-BY_CATEGORY = {keep_cpu: _by_category(CPU_PASS_CATS if keep_cpu else GPU_PASS_CATS) for keep_cpu in (False, True)}
+BY_CATEGORY = {"cpu": _by_category(CPU_PASS_CATS), "gpu": _by_category(GPU_PASS_CATS),
+               "linked": _by_category(LINK_PASS_CATS, linked=True)}
 
 
 @dataclass
@@ -99,7 +132,13 @@ class Columns:
     keep_cpu: bool = False
     """CPU ops are kept only on a second pass, for a trace with no device events (a CPU trace):
     deciding by what the whole file holds keeps the result independent of event order."""
+    linked: bool = False
+    """Launch correlations are kept only on a second pass, for a GPU trace whose step marks are on
+    the CPU alone (no GPU-timeline annotation): its kernels are assigned to a step by the CPU
+    time of their launch, not by their own start (they run after the CPU range may have closed)."""
     rank: int | None = None
+    world_size: int | None = None
+    trace_id: str | None = None
     names: list[str] = field(default_factory=list)
     _name_index: dict[str, int] = field(default_factory=dict, repr=False)
     device_ts: array = field(default_factory=lambda: array("d"))
@@ -110,6 +149,9 @@ class Columns:
     cpu_name: array = field(default_factory=lambda: array("q"))
     cpu_tid: list[int | str] = field(default_factory=list)
     steps: list[tuple[str, str, float, float, int | str]] = field(default_factory=list)  # cat, name, ts, dur, tid
+    device_correlation: array = field(default_factory=lambda: array("q"))
+    launch_ts: array = field(default_factory=lambda: array("d"))
+    launch_correlation: array = field(default_factory=lambda: array("q"))
 
     def name_ids(self, names: list[str]) -> list[int]:
         index = self._name_index
@@ -130,6 +172,12 @@ class Columns:
             self.device_ts.extend([e.ts for e in device])
             self.device_dur.extend([e.dur for e in device])
             self.device_name.extend(self.name_ids([e.name for e in device]))
+            if self.linked:
+                self.device_correlation.extend([e.args.correlation if e.args else -1 for e in device])
+        if self.linked:
+            launches = [e for e in kept if e.cat in LAUNCH_CATS and e.args]
+            self.launch_ts.extend([e.ts for e in launches])
+            self.launch_correlation.extend([e.args.correlation for e in launches])
         cpu = [e for e in kept if e.cat == "cpu_op"]
         if cpu:
             self.cpu_ts.extend([e.ts for e in cpu])
@@ -140,7 +188,17 @@ class Columns:
 
     @property
     def wanted(self) -> frozenset[str]:
-        return CPU_PASS_CATS if self.keep_cpu else GPU_PASS_CATS
+        return CPU_PASS_CATS if self.keep_cpu else LINK_PASS_CATS if self.linked else GPU_PASS_CATS
+
+    @property
+    def pass_name(self) -> str:
+        return "cpu" if self.keep_cpu else "linked" if self.linked else "gpu"
+
+    @property
+    def marks_cpu_only(self) -> bool:
+        """Device work, and step-like annotations on the CPU timeline only."""
+        cats = {cat for cat, *_ in self.steps}
+        return bool(self.device_ts) and "gpu_user_annotation" not in cats and "user_annotation" in cats
 
     def arrays(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prefix = "device" if which == "device" else "cpu"
@@ -167,6 +225,8 @@ def read_columns(path: Path) -> Columns:
     columns = _read(path, Columns())
     if not columns.device_ts:  # a CPU trace: its CPU ops are the work, read them too
         columns = _read(path, Columns(keep_cpu=True))
+    elif columns.marks_cpu_only:  # steps marked on the CPU: link each kernel to its launch
+        columns = _read(path, Columns(linked=True))
     if columns.rank is None and (match := RANK_IN_NAME.search(path.name)):
         columns.rank = int(match[1])
     return columns
@@ -208,7 +268,7 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
         trailer = _events_then_trailer(path, stream, buffer, columns)
     except _NoProvableCut:
         # Start over with one decode of the document (the columns so far are discarded).
-        columns.__init__(keep_cpu=columns.keep_cpu)
+        columns.__init__(keep_cpu=columns.keep_cpu, linked=columns.linked)
         stream.seek(0)
         _whole(path, stream.read(), columns)
         return
@@ -219,9 +279,7 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
             metadata = METADATA.decode(prefix + b"[]" + trailer)
         except msgspec.DecodeError as err:
             raise _bad(path, f"not valid JSON around the traceEvents array ({err})") from None
-        info = metadata.distributedInfo or {}
-        if isinstance(info.get("rank"), int):
-            columns.rank = info["rank"]
+        _metadata(columns, metadata.distributedInfo, metadata.trace_id)
     elif trailer.strip():
         raise _bad(path, "text after the events array")
 
@@ -291,13 +349,13 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
     does.)"""
     after = buffer[last + 1]
     buffer[0], buffer[last + 1] = ord("["), ord("]")
-    by_category, kept = BY_CATEGORY[columns.keep_cpu]
+    by_category, kept = BY_CATEGORY[columns.pass_name]
     try:
         with memoryview(buffer)[: last + 2] as view:
             try:
                 events = [event for event in by_category.decode(view) if event.__class__ in kept]
             except msgspec.ValidationError:  # an event with no or an unknown `cat`: every field
-                events = EVENTS.decode(view)
+                events = (LINKED if columns.linked else EVENTS).decode(view)
     except msgspec.ValidationError as err:
         raise _bad(path, f"malformed events ({err})") from None
     except msgspec.DecodeError:
@@ -310,12 +368,22 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
         if data.lstrip()[:1] == b"[":
-            columns.take(EVENTS.decode(data))
+            columns.take((LINKED if columns.linked else EVENTS).decode(data))
             return columns
-        document = WHOLE.decode(data)
+        document = (LINKED_WHOLE if columns.linked else WHOLE).decode(data)
     except msgspec.DecodeError as err:
         raise _bad(path, f"not a Chrome/Kineto trace ({err})") from None
-    if document.distributedInfo and isinstance(document.distributedInfo.get("rank"), int):
-        columns.rank = document.distributedInfo["rank"]
+    _metadata(columns, document.distributedInfo, document.trace_id)
     columns.take(document.traceEvents)
     return columns
+
+
+def _metadata(columns: Columns, info: dict | None, trace_id: str | None) -> None:
+    """Which rank of how many wrote the trace, and the profiler session's id: the sanity checks
+    across files (duplicate ranks, a folder of unrelated traces) read them."""
+    info = info or {}
+    if isinstance(info.get("rank"), int):
+        columns.rank = info["rank"]
+    if isinstance(info.get("world_size"), int):
+        columns.world_size = info["world_size"]
+    columns.trace_id = trace_id

@@ -1,0 +1,80 @@
+"""Per-step interval arithmetic of the breakdown: CPU op time counted once where ops nest, the
+union of busy time, and the 95% interval of a mean over steps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _ci95_ms(per_step_us: np.ndarray) -> float | None:
+    """Half-width of the 95% interval of a mean over steps (1.96 standard errors), in ms: the
+    noise of a per-step figure, for comparing two captures."""
+    if per_step_us.shape[0] < 2:
+        return None
+    return float(1.96 * per_step_us.std(ddof=1) / np.sqrt(per_step_us.shape[0]) / 1000)
+
+
+def _cpu_ops(columns, classify) -> tuple[np.ndarray, ...]:  # noqa: ANN001 - Columns, Classifier
+    """CPU op time, each microsecond counted once. CPU ops nest (a torch.compile graph call >
+    aten::linear > aten::addmm): an op a rule matches counts whole, under its category, unless it
+    is inside another matched op; an op no rule matches counts only its own time outside its
+    children, as "other" (and is listed), so it neither vanishes nor swallows what it wraps.
+    Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
+    their thread, for the union of busy time."""
+    ts, dur, names = columns.arrays("cpu")
+    matched_name = np.array([classify(name) != "other" for name in columns.names] or [False], dtype=bool)
+    matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
+    counted = np.zeros(len(ts))
+    busy = np.zeros(len(ts))
+    keep = np.zeros(len(ts), dtype=bool)
+    children_us = np.zeros(len(ts))
+    order = sorted(range(len(ts)), key=lambda i: (columns.cpu_tid[i], ts[i], -dur[i]))
+    stack: list[tuple[float, int, bool]] = []  # (end, index, inside or is a matched op)
+    thread = None
+    for i in order:
+        if columns.cpu_tid[i] != thread:
+            thread, stack = columns.cpu_tid[i], []
+        while stack and stack[-1][0] <= ts[i]:
+            stack.pop()
+        under_matched = bool(stack) and stack[-1][2]
+        if stack:
+            children_us[stack[-1][1]] += dur[i]
+        else:
+            busy[i] = dur[i]
+        stack.append((ts[i] + dur[i], i, under_matched or bool(matched[i])))
+        keep[i] = not under_matched
+    counted[keep & matched] = dur[keep & matched]
+    own = keep & ~matched
+    counted[own] = np.maximum(dur[own] - children_us[own], 0.0)
+    return ts[keep], counted[keep], names[keep], busy[keep]
+
+
+def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
+    """Busy time: the union of [ts, ts + dur) intervals, merged within each step.
+
+    One running maximum of the ends over every step at once (a loop over steps cost 0.03 s of a
+    rank's 0.3 s on 9,000 steps). It equals each step's own running maximum wherever no work of an
+    earlier step still runs past the step's first start (every end in the step is then at least
+    that start, so an earlier, smaller maximum cannot win); the steps where it does run past are
+    merged on their own, as before."""
+    if not len(ts):
+        return 0.0
+    order = np.lexsort((ts, step_of))
+    ts, ends, step_of = ts[order], (ts + dur)[order], step_of[order]
+    running_end = np.maximum.accumulate(ends)
+    first = np.concatenate(([0], np.nonzero(np.diff(step_of))[0] + 1))
+    overrun = np.zeros(len(first), dtype=bool)
+    overrun[1:] = running_end[first[1:] - 1] > ts[first[1:]]
+    bounds = np.append(first, len(ts))
+    for group in np.nonzero(overrun)[0]:  # an earlier step's work runs into this one: its own maximum
+        segment = slice(bounds[group], bounds[group + 1])
+        running_end[segment] = np.maximum.accumulate(ends[segment])
+    # A segment of busy time starts at each step's first event and wherever an event starts
+    # after everything before it in its step has ended; it ends at the running end before the
+    # next segment starts.
+    opens = np.zeros(len(ts), dtype=bool)
+    opens[first] = True
+    opens[1:] |= ts[1:] > running_end[:-1]
+    starts = np.nonzero(opens)[0]
+    closes = np.append(starts[1:] - 1, len(ts) - 1)
+    return float((running_end[closes] - ts[starts]).sum())
