@@ -70,16 +70,10 @@ class CorrelationArgs(msgspec.Struct, gc=False):
     correlation: int = -1
 
 
-class Linked(msgspec.Struct, gc=False):
+class Linked(Event, gc=False):
     """An event with its launch correlation: a kernel's `args.correlation` is the id of the
     runtime call (`cudaLaunchKernel`, `hipModuleLaunchKernel`, ...) that launched it."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
-    tid: int | str = 0
     args: CorrelationArgs | None = None
 
 
