@@ -16,10 +16,11 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import InputError, OrchestrateError, TaskFailed
+from orchestrator.errors import InputError, OrchestrateError, TaskFailed, UnitBug
+from orchestrator.refs import ResultT, TaskRef, ref_id
 from orchestrator.schema import Priority, Status, TodoState
 
-ResultT = TypeVar("ResultT", bound=BaseModel)
+FactsT = TypeVar("FactsT", bound=BaseModel)
 
 
 class TaskSkipped(OrchestrateError):
@@ -28,35 +29,62 @@ class TaskSkipped(OrchestrateError):
 
 @dataclass
 class TaskContext:
-    """What a running task may use. ``facts`` holds what ensuring its needs reported."""
+    """What a running task may use: the results it declared it reads (``input``), and the facts
+    that ensuring its needs reported (``need_facts``)."""
 
     task_id: str
     artifacts_dir: Path
     state: TodoState
-    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    facts: dict[str, BaseModel | dict[str, Any]] = field(default_factory=dict)
     scope: str = ""
     """The task's scope (its spec's): results are read from the scope's own todos first."""
+    reads: frozenset[str] | None = None
+    """The ids the task (and the needs it holds) declared it reads; None: unchecked (a context
+    built outside the runner, e.g. by `orchestrate check`)."""
     log: Callable[[str], None] = print
     progress: Callable[..., None] = lambda label, done, total, unit="", note="": None
     """How far a long step of the task is: ``progress(label, done, total, unit, note)``; shown
     live on a terminal, as throttled lines elsewhere (orchestrator/progress.py)."""
 
-    def result_of(self, task_id: str, model: type[ResultT]) -> ResultT:
-        """The completed result of ``task_id`` as its typed model (a dependency's, usually). A
-        scoped task (an experiment's re-run of a phase) reads its scope's version of the task
-        where the scope has one, the campaign's otherwise."""
-        todos = self.state.by_id()
-        if self.scope and self.scope + task_id in todos:
-            task_id = self.scope + task_id
-        todo = todos.get(task_id)
+    def input(self, ref: TaskRef[ResultT]) -> ResultT:
+        """The completed result of ``ref`` as its typed model (a declared dependency's). A scoped
+        task (an experiment's re-run of a phase) reads its scope's version of the task where the
+        scope has one, the campaign's otherwise."""
+        result = self.optional_input(ref)
+        if result is None:
+            raise TaskFailed(f"'{self.task_id}' needs the result of '{self._resolve(ref)}', which has none;"
+                             f" `orchestrate reset {self._resolve(ref)}` and `orchestrate resume`")
+        return result
+
+    def optional_input(self, ref: TaskRef[ResultT]) -> ResultT | None:
+        """``input``, or None where that task has no completed result (a disabled phase)."""
+        if self.reads is not None and ref.id not in self.reads:
+            raise UnitBug(f"unit bug: task '{self.task_id}' reads the result of '{ref.id}' without declaring"
+                          f" it: add it to the depends_on or optional of '{self.task_id}''s TaskSpec")
+        task_id = self._resolve(ref)
+        todo = self.state.by_id().get(task_id)
         if todo is None or todo.status != Status.completed or todo.result is None:
-            raise TaskFailed(f"'{self.task_id}' needs the result of '{task_id}', which has none;"
-                             f" `orchestrate reset {task_id}` and `orchestrate resume`")
+            return None
+        if ref.model is None:
+            raise UnitBug(f"unit bug: '{self.task_id}' reads '{task_id}' through an untyped TaskRef")
         try:
-            return model.model_validate(todo.result)
+            return ref.model.model_validate(todo.result)
         except ValidationError as err:
-            raise TaskFailed(f"the result of '{task_id}' does not match {model.__name__}:"
+            raise TaskFailed(f"the result of '{task_id}' does not match {ref.model.__name__}:"
                              f" {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
+
+    def need_facts(self, need: str, model: type[FactsT]) -> FactsT:
+        """What ensuring ``need`` reported, as its typed model (the task must hold the need)."""
+        if need not in self.facts:
+            raise UnitBug(f"unit bug: task '{self.task_id}' reads the facts of need '{need}' it does not hold:"
+                          f" add '{need}' to its TaskSpec's needs")
+        facts = self.facts[need]
+        return facts if isinstance(facts, model) else model.model_validate(facts)
+
+    def _resolve(self, ref: TaskRef[Any]) -> str:
+        if self.scope and self.scope + ref.id in self.state.by_id():
+            return self.scope + ref.id
+        return ref.id
 
 
 class Need(Protocol):
@@ -70,8 +98,11 @@ class Need(Protocol):
 
     name: str
     conflicts: frozenset[str]
+    reads: tuple[TaskRef[Any], ...]
+    """Results ensuring it reads (the server's launch reads the host facts): a task that holds
+    the need may read them too."""
 
-    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
+    def ensure(self, ctx: TaskContext) -> BaseModel | dict[str, Any]:
         """Make the resource hold (idempotently); return facts about it for the task."""
 
     def finish(self) -> None:
@@ -80,24 +111,48 @@ class Need(Protocol):
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """One todo's definition. ``inputs`` are the JSON-able config parts its result depends on."""
+    """One todo's definition. ``inputs`` are the JSON-able config parts its result depends on.
 
-    id: str
+    ``ref`` names the task and its result model (a plain string: an untyped task). It waits for
+    ``depends_on`` and may read their results; ``optional`` are results it reads where they exist
+    (a phase that may be disabled) without waiting for them beyond what ``depends_on`` orders.
+    """
+
+    ref: TaskRef[Any]
     content: str
     kind: str
     action: Callable[[TaskContext], BaseModel | dict[str, Any]]
-    depends_on: tuple[str, ...] = ()
+    depends_on: tuple[TaskRef[Any] | str, ...] = ()
     needs: tuple[str, ...] = ()
     priority: Priority = Priority.medium
-    result_model: type[BaseModel] | None = None
     inputs: dict[str, Any] = field(default_factory=dict)
+    optional: tuple[TaskRef[Any] | str, ...] = ()
     scope: str = ""
     """A prefix of ids this task belongs to (an experiment's chain): its reads of other tasks'
-    results resolve to the scope's todos first (``TaskContext.result_of``)."""
+    results resolve to the scope's todos first (``TaskContext.input``)."""
     isolated: bool = False
     """A failure here fails this todo and what depends on it, not the campaign: the other todos
     go on and the findings are written (an experiment whose server does not start leaves the
     campaign's own results standing); `resume` still exits 1 and retries it."""
+    reads: frozenset[str] = frozenset()
+    """The ids it may read: its own ``depends_on`` and ``optional`` as first declared (a scoped
+    copy keeps them while its ``depends_on`` is re-linked to its chain)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.ref, str):
+            object.__setattr__(self, "ref", TaskRef(self.ref))
+        object.__setattr__(self, "depends_on", tuple(ref_id(dep) for dep in self.depends_on))
+        object.__setattr__(self, "optional", tuple(ref_id(dep) for dep in self.optional))
+        if not self.reads:
+            object.__setattr__(self, "reads", frozenset(self.depends_on) | frozenset(self.optional))
+
+    @property
+    def id(self) -> str:
+        return self.ref.id
+
+    @property
+    def result_model(self) -> type[BaseModel] | None:
+        return self.ref.model
 
 
 @dataclass

@@ -61,6 +61,14 @@ class CommandFailed(TaskFailed):
         self.stdout, self.stderr = stdout, stderr
 
 
+class UnitBug(OrchestrateError):
+    """A phase unit broke the engine's contract (it read a result it did not declare, or a
+    findings section asked for a task no unit declares): a bug in orchestrate, not the user's
+    input; retrying changes nothing. The message names both tasks."""
+
+    exit_code = 70
+
+
 class Interrupted(OrchestrateError):
     """Ctrl-C: the state was left consistent and `orchestrate resume` goes on."""
 

@@ -23,6 +23,7 @@ from orchestrator.errors import (
     Interrupted,
     OrchestrateError,
     TaskFailed,
+    UnitBug,
     tail_lines,
 )
 from orchestrator.progress import ProgressDisplay
@@ -117,7 +118,7 @@ class Runner:
         self.progress = progress or ProgressDisplay()
         self.specs = {spec.id: spec for spec in campaign.tasks}
         self.held: set[str] = set()
-        self.facts: dict[str, dict[str, Any]] = {}
+        self.facts: dict[str, Any] = {}
 
     # -- the loop ---------------------------------------------------------------------------
     def resume(self) -> TodoState:
@@ -245,6 +246,8 @@ class Runner:
         ctx = TaskContext(
             task_id=todo.id,
             scope=spec.scope,
+            reads=spec.reads | {ref.id for need in spec.needs
+                                for ref in getattr(self.campaign.needs[need], "reads", ())},
             artifacts_dir=self.campaign.artifacts_dir / todo.id,
             state=state,
             log=lambda line: self.log(f"[{todo.id}] {line}"),
@@ -274,9 +277,9 @@ class Runner:
             tail = getattr(err, "output_tail", "") or ""
             todo.error = TodoError(message=str(err) or repr(err), kind=type(err).__name__,
                                    output_tail=tail_lines(tail, 40))
-            if isinstance(err, InputError | HostError) and not isinstance(err, ConnectionLost):
-                # Bad input or no access (auth, host key, a missing file): not the task's
-                # failure, and retrying changes nothing until the user fixes it.
+            if isinstance(err, InputError | HostError | UnitBug) and not isinstance(err, ConnectionLost):
+                # Bad input, no access (auth, host key, a missing file) or a bug in a unit: not
+                # the task's failure, and retrying changes nothing until it is fixed.
                 todo.attempts -= 1
             self._close(state, todo, started, Status.failed)
             if isinstance(err, OrchestrateError):

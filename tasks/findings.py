@@ -29,7 +29,8 @@ from tasks.view import Findings
 
 
 def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
-                   specs: dict[str, TaskSpec]) -> list[Path]:
+                   specs: dict[str, TaskSpec], declared: frozenset[str] | None = None) -> list[Path]:
+    """``units`` are the enabled units, ``declared`` the task ids any unit may declare."""
     folder = session.reports_dir / state.campaign
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -37,7 +38,7 @@ def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
         raise InputError(f"{folder}: cannot be created ({err.strerror}); choose a writable --reports") from None
     document_path = folder / "findings.md"
     notes = existing_human_notes(document_path)
-    findings = Findings(session, state, folder, specs)
+    findings = Findings(session, state, folder, specs, declared=declared)
     sections = [f"# Findings: campaign `{state.campaign}`\n"]
     sections += opening_sections(findings)
     sections += [unit.section(findings) for unit in units if unit.section is not None]

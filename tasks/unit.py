@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.campaign import Check, Need, TaskSpec
+from orchestrator.refs import TaskRef
 from orchestrator.schema import TodoState
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class PhaseUnit:
     name: str
     specs: Callable[[Session, frozenset[str]], list[TaskSpec]]
     """The unit's tasks, given the session and the names of every enabled unit."""
+    results: tuple[TaskRef[Any], ...] = ()
+    """The refs of every task it may declare (its `results.py`'s): what the findings may read."""
     config: Any = None
     """The type of its `campaign.toml` section (keyed by ``name``), or None."""
     config_default: Callable[[], Any] | None = None

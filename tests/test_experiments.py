@@ -5,6 +5,7 @@ test_campaign_e2e.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from test_runner import CountingNeed, recorder, spec
 
 from orchestrator.campaign import Campaign, TaskContext
 from orchestrator.errors import InputError
+from orchestrator.refs import TaskRef
 from orchestrator.runner import Runner
 from orchestrator.schema import Status
 from orchestrator.statefile import load_state
@@ -58,15 +60,16 @@ def test_a_scoped_task_reads_its_scopes_result_first(tmp_path: Path) -> None:
         class Ran(BaseModel):
             ran: str
 
-        seen[ctx.task_id] = (ctx.result_of("ready", Ran).ran, ctx.result_of("facts", Ran).ran)
+        seen[ctx.task_id] = (ctx.input(TaskRef("ready", Ran)).ran, ctx.input(TaskRef("facts", Ran)).ran)
         return {}
 
     ran: list[str] = []
     campaign = Campaign("c", [spec("facts", recorder(ran, "facts")), spec("ready", recorder(ran, "ready")),
                               spec("exp_x_ready", recorder(ran, "exp_x_ready")),
                               spec("use", read, ["ready", "facts"])])
-    campaign.tasks.append(type(campaign.tasks[0])(id="exp_x_use", content="x", kind="t", action=read,
-                                                  depends_on=("exp_x_ready", "facts"), scope="exp_x_"))
+    # As an experiment's chain builds it: the scoped copy keeps the reads its original declared.
+    campaign.tasks.append(dataclasses.replace(campaign.tasks[-1], ref=TaskRef("exp_x_use"),
+                                              depends_on=("exp_x_ready", "facts"), scope="exp_x_"))
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert seen == {"use": ("ready", "facts"), "exp_x_use": ("exp_x_ready", "facts")}
 
@@ -187,7 +190,7 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
 def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -> None:
     from tasks.experiments import chosen_by_record
     from tasks.experiments.config import Change, Experiment
-    from tasks.experiments.record import DecisionRecord, OptionPrediction
+    from tasks.experiments.results import DecisionRecord, OptionPrediction
 
     def option(option_id: str, decision: str, gain_pct: float, reason: str = "") -> OptionPrediction:
         return OptionPrediction(id=option_id, title=option_id, decision=decision, reason=reason,

@@ -58,9 +58,12 @@ def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> 
     # GEMMs reconciled call for call: 4 layers x (qkv, o, gate_up, down) + lm_head, micro and trace.
     assert "(17 calls) | trace (gemm): " in text and "(17 calls) | micro/trace = " in text
     assert "| all-reduce implementation (trace) | vLLM CPU shared-memory all-reduce (_C::shm_allreduce) |" in text
-    # Every category the rules declare has a row in each rank's table.
-    for category in Classifier().categories:
+    # Every category of the stored result has a row in each rank's table (the fixture predates
+    # the `quantization` category: a result is shown as it was analysed, not re-labelled), and
+    # the rules still declare each of them, so a renamed category fails here.
+    for category in rank0["categories"]:
         assert text.count(f"\n| {category} | ") >= 2, category
+    assert set(rank0["categories"]) <= set(Classifier().categories) | {"other"}
     # The fixture came from the default config: nothing is stale but, after an analyser change,
     # the analysis (its code digest is one of its inputs; it is cheap to run again).
     stale_rows = [line for line in text.splitlines() if line.startswith("| ") and "config changed" in line]

@@ -241,7 +241,7 @@ def test_the_all_reduce_implementation_is_named_from_the_trace(names: list[str],
 def test_a_quantized_config_that_ran_unquantized_kernels_is_flagged() -> None:
     from tasks.analysis.results import RankBreakdown
     from tasks.model import model_facts
-    from tasks.service import LoadSummary
+    from tasks.service.results import LoadSummary
     from tasks.synthesis.server_ran import server_ran_section
 
     config = json.loads((Path(__file__).parent / "data" / "configs" / "llama_3_1_8b.json").read_text())

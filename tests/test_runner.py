@@ -16,7 +16,7 @@ from orchestrator.statefile import load_state
 
 
 def spec(task_id: str, action, depends_on=(), needs=()) -> TaskSpec:
-    return TaskSpec(id=task_id, content=f"do {task_id}", kind="test", action=action,
+    return TaskSpec(task_id, content=f"do {task_id}", kind="test", action=action,
                     depends_on=tuple(depends_on), needs=tuple(needs))
 
 

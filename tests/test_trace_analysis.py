@@ -303,3 +303,27 @@ def test_busy_union_merges_within_each_step_even_where_an_earlier_steps_work_run
         dur = rng.exponential(rng.uniform(0.5, 40), n)
         steps = rng.integers(0, int(rng.integers(1, 6)), n)
         assert _union_us(ts, dur, steps) == pytest.approx(direct_union_us(list(ts), list(dur), list(steps)))
+
+
+def test_a_misspelt_key_in_the_rules_file_is_one_line_naming_the_rule_and_key(tmp_path: Path) -> None:
+    from tasks.analysis.breakdown import RULES_PATH
+
+    rules = tmp_path / "rules.toml"
+    text = RULES_PATH.read_text()
+    second = text.index("[[rule]]", text.index("[[rule]]") + 1)
+    rules.write_text(text[:second] + text[second:].replace("patterns = [", "pattern = [", 1))
+    with pytest.raises(InputError) as caught:
+        Classifier(rules)
+    message = str(caught.value)
+    assert str(rules) in message and "[[rule]] #2 key 'pattern'" in message and "\n" not in message
+
+
+def test_a_category_the_findings_read_cannot_be_renamed_away_silently(tmp_path: Path) -> None:
+    from tasks.analysis.breakdown import RULES_PATH
+    from tasks.analysis.categories import Category, category_enum
+
+    assert Category.COMMUNICATION == "communication" and {"communication": 1}.get(Category.COMMUNICATION) == 1
+    rules = tmp_path / "rules.toml"
+    rules.write_text(RULES_PATH.read_text().replace('"communication"', '"comms"'))
+    with pytest.raises(InputError, match="lacks communication, which the findings read"):
+        category_enum(rules)

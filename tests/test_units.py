@@ -14,6 +14,7 @@ from conftest import ROOT, run_cli
 
 from orchestrate.main import main
 from orchestrator.campaign import TaskContext, TaskSpec
+from orchestrator.refs import TaskRef
 from orchestrator.statefile import load_state
 from tasks.registry import UNITS
 from tasks.session import Session
@@ -29,21 +30,24 @@ class ToyResult(Result):
     letters: int
 
 
+TOY_HELLO = TaskRef("toy_hello", ToyResult)
+
+
 def toy_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     def run(ctx: TaskContext) -> ToyResult:
         said = session.host().run(["echo", session.config.toy.word]).stdout.strip()  # a real command
         return ToyResult(greeting=said, letters=len(said))
 
-    return [TaskSpec("toy_hello", "Say the configured word", "toy", run, result_model=ToyResult,
+    return [TaskSpec(TOY_HELLO, "Say the configured word", "toy", run,
                      inputs={"toy": session.config.toy.model_dump()})]
 
 
 def toy_section(findings) -> str:  # noqa: ANN001
-    result = findings.result("toy_hello", ToyResult)
+    result = findings.result(TOY_HELLO)
     return f"## Toy phase\n\nThe host said **{result.greeting}** ({result.letters} letters).\n" if result else ""
 
 
-TOY = PhaseUnit(name="toy", specs=toy_specs, config=ToySection, section=toy_section)
+TOY = PhaseUnit(name="toy", specs=toy_specs, results=(TOY_HELLO,), config=ToySection, section=toy_section)
 
 
 def run_toy(folder: Path, units: list[PhaseUnit], word: str = "bonjour") -> int:
@@ -69,8 +73,7 @@ def test_a_toy_unit_added_in_one_list_is_in_the_todo_file_and_the_findings(tmp_p
 
 def test_a_result_of_the_wrong_shape_fails_the_task_and_a_bad_stored_result_is_named(tmp_path: Path) -> None:
     def bad_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
-        return [TaskSpec("toy_hello", "Say it", "toy", lambda ctx: {"greeting": "hi"},  # no letters
-                         result_model=ToyResult)]
+        return [TaskSpec(TOY_HELLO, "Say it", "toy", lambda ctx: {"greeting": "hi"})]  # no letters
 
     broken = PhaseUnit(name="toy", specs=bad_specs, config=ToySection)
     assert run_toy(tmp_path, [*UNITS, broken]) == 1
@@ -381,7 +384,7 @@ def test_the_example_nodes_block_uncommented_makes_a_two_node_campaign(tmp_path:
 
     from orchestrate.main import host_for
     from tasks.config import load_config
-    from tasks.host import HostFacts, NodeFacts
+    from tasks.host.results import HostFacts, NodeFacts
     from tasks.service.launch import launch_plan
     from tasks.session import Session
 
@@ -427,7 +430,7 @@ def test_env_setup_runs_before_every_host_command_and_its_failure_is_named(tmp_p
 
 def test_a_gpu_server_starts_as_the_host_pythons_module_and_keeps_the_hosts_hub_settings(tmp_path: Path) -> None:
     from tasks.config import load_config
-    from tasks.host import HostFacts
+    from tasks.host.results import HostFacts
     from tasks.service.launch import launch_plan
     from tasks.session import Session
 
@@ -448,7 +451,7 @@ def test_nvlink_multicast_is_off_for_every_server_on_a_cuda_host_unless_the_user
     `service.env` wins."""
     from tasks.collective_env import NVLINK_MULTICAST_OFF
     from tasks.config import load_config
-    from tasks.host import HostFacts
+    from tasks.host.results import HostFacts
     from tasks.service.launch import launch_plan
     from tasks.session import Session
 

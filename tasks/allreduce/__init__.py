@@ -7,6 +7,9 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from orchestrator.campaign import TaskSpec
+from tasks.allreduce.results import ALLREDUCE_BENCH
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
 from tasks.session import Session
 from tasks.unit import PhaseUnit, Section
 
@@ -28,11 +31,10 @@ class AllreduceSection(Section):
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.allreduce.action import allreduce_action
-    from tasks.allreduce.results import AllreduceResult
 
-    return [TaskSpec("allreduce_bench", "Benchmark all-reduce across the TP ranks at decode sizes",
-                     "allreduce", allreduce_action(session), depends_on=("host_facts", "model_facts"),
-                     needs=("accelerators_free",), result_model=AllreduceResult,
+    return [TaskSpec(ALLREDUCE_BENCH, "Benchmark all-reduce across the TP ranks at decode sizes",
+                     "allreduce", allreduce_action(session), depends_on=(HOST_FACTS, MODEL_FACTS),
+                     needs=("accelerators_free",),
                      inputs={"allreduce": session.config.allreduce.model_dump()})]
 
 
@@ -42,5 +44,5 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return allreduce_section(findings)
 
 
-UNIT = PhaseUnit(name="allreduce", specs=_specs, config=AllreduceSection, requires=("host", "model"),
+UNIT = PhaseUnit(name="allreduce", specs=_specs, results=(ALLREDUCE_BENCH,), config=AllreduceSection, requires=("host", "model"),
                  section=_section)

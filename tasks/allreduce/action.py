@@ -14,9 +14,9 @@ from orchestrator.retry import crashed_rank_policy
 from tasks.allreduce.across_nodes import run_across_nodes
 from tasks.allreduce.results import AllreduceResult, AllreduceRow, AllreduceRun, Prediction
 from tasks.collective_env import bench_env
-from tasks.host import HostFacts
+from tasks.host.results import HOST_FACTS
 from tasks.host_json import run_json_script
-from tasks.model import ModelFacts
+from tasks.model.results import MODEL_FACTS
 from tasks.session import Session
 
 ALLREDUCE_SCRIPT = Path(__file__).parent / "remote" / "allreduce_bench.py"
@@ -71,8 +71,8 @@ def server_path(run: AllreduceRun) -> tuple[str, dict[int, AllreduceRow]]:
 
 def allreduce_action(session: Session):
     def run(ctx: TaskContext) -> AllreduceResult:
-        shapes = ctx.result_of("model_facts", ModelFacts).require_shapes()
-        host = ctx.result_of("host_facts", HostFacts)
+        shapes = ctx.input(MODEL_FACTS).require_shapes()
+        host = ctx.input(HOST_FACTS)
         cfg = session.config.allreduce
         tp = session.config.service.tensor_parallel
         model_sizes, sizes = message_sizes(shapes.hidden_size, cfg.decode_tokens,

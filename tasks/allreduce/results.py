@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orchestrator.refs import TaskRef
 from tasks.unit import Result
 
 
@@ -62,3 +63,6 @@ class AllreduceResult(Result):
     nodes: int = Field(1, description="hosts the server's ranks (and these runs' ranks) span")
     intra_node: AllreduceRun | None = Field(None, description=(
         "multi-node: the same all-reduce with every rank on the head, beside the runs across the nodes"))
+
+
+ALLREDUCE_BENCH = TaskRef("allreduce_bench", AllreduceResult)

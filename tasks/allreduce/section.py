@@ -4,7 +4,7 @@ variants, and the decode-step prediction."""
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.allreduce.results import AllreduceResult, AllreduceRow
+from tasks.allreduce.results import ALLREDUCE_BENCH, AllreduceResult, AllreduceRow
 from tasks.view import Findings, fmt
 
 
@@ -13,7 +13,7 @@ def spread(row: AllreduceRow) -> str:
 
 
 def allreduce_section(findings: Findings) -> str:
-    allreduce = findings.result("allreduce_bench", AllreduceResult)
+    allreduce = findings.result(ALLREDUCE_BENCH)
     if not allreduce:
         return ""
     default = allreduce.runs[0]

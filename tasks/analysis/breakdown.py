@@ -13,7 +13,6 @@ whose (device-timeline, when present) annotation contains its start.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,13 +20,13 @@ from typing import Any
 import numpy as np
 
 from orchestrator.errors import InputError
+from tasks.analysis.categories import RULES_PATH, Category
 from tasks.analysis.coverage import backward_share, uncovered_families
 from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us
 from tasks.analysis.step_markers import StepMarker, resolve, step_marker
 from tasks.analysis.trace_reader import Columns, read_columns
 
-RULES_PATH = Path(__file__).with_name("rules.toml")
-OTHER = "other"
+OTHER = Category.OTHER
 
 
 class Classifier:
@@ -38,19 +37,12 @@ class Classifier:
     names no rule matches."""
 
     def __init__(self, rules_path: Path = RULES_PATH) -> None:
-        try:
-            document = tomllib.loads(rules_path.read_text())
-            self.rules = [(rule["category"], re.compile("|".join(rule["patterns"]), re.I))
-                          for rule in document["rule"]]
-        except (KeyError, TypeError, tomllib.TOMLDecodeError, re.error) as err:
-            raise InputError(f"{rules_path}: bad rules file ({err}); each [[rule]] needs category and patterns") from None
-        declared = document.get("categories") or list(dict.fromkeys(category for category, _ in self.rules))
-        undeclared = sorted({category for category, _ in self.rules} - set(declared))
-        if undeclared:
-            raise InputError(f"{rules_path}: field 'categories': rules use {', '.join(undeclared)}, which the"
-                             " list does not declare; add them to `categories`")
+        from tasks.analysis.rules_schema import load_rules_document
+
+        rules = load_rules_document(rules_path)
+        self.rules = [(rule.category, re.compile("|".join(rule.patterns), re.I)) for rule in rules.rule]
         self.cache: dict[str, str] = {}
-        self.categories = tuple(dict.fromkeys([*declared, OTHER]))
+        self.categories = tuple(rules.declared())
 
     def __call__(self, name: str) -> str:
         category = self.cache.get(name)
@@ -214,7 +206,7 @@ def _gemm_sequence(chosen: np.ndarray, events: tuple[np.ndarray, ...], names: li
     it into the kernel each layer type ran (qkv, o_proj, ...) and its time, without the shapes,
     which CUDA-graph replays do not record."""
     ts, dur, name_ids, step_of, _ = events
-    is_gemm = np.array([category == "gemm" for category in category_of_name] or [False], dtype=bool)[name_ids]
+    is_gemm = np.array([category == Category.GEMM for category in category_of_name] or [False], dtype=bool)[name_ids]
     keep = is_gemm & chosen[step_of]
     if not keep.any():
         return None
@@ -264,7 +256,7 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
             "ms_per_step": total_us / 1000 / per_step,
             "share_pct": total_us / device_us * 100 if device_us else 0.0,
         }
-    comm_name = np.array([category == "communication" for category in category_of_name] or [False], dtype=bool)
+    comm_name = np.array([category == Category.COMMUNICATION for category in category_of_name] or [False], dtype=bool)
     is_comm = comm_name[name_ids]
     comm_per_step = np.bincount(step_of[is_comm], minlength=len(starts))[chosen]
     top = np.argsort(-name_us, kind="stable")[:15]
@@ -279,7 +271,7 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
         "communication_calls_per_step": {int(k): int(v) for k, v in sorted(Counter(comm_per_step.tolist()).items())},
         "communication_by_name_per_step": {
             names[i]: int(name_calls[i]) / per_step for i in np.nonzero(name_calls)[0]
-            if category_of_name[i] == "communication"},
+            if category_of_name[i] == Category.COMMUNICATION},
         "top_kernels": [{"name": names[i], "category": category_of_name[i],
                          "ms_per_step": float(name_us[i]) / 1000 / per_step,
                          "calls_per_step": int(name_calls[i]) / per_step,
@@ -335,7 +327,7 @@ def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers
 
     warnings = rank_warnings(ranks, [rank for rank, _ in sorted(paths.items())])
     device_ms = [r["device_ms_per_step"] for r in ranks]
-    comm = [r["categories"].get("communication", {}).get("share_pct", 0.0) for r in ranks]
+    comm = [r["categories"].get(Category.COMMUNICATION, {}).get("share_pct", 0.0) for r in ranks]
     return {
         "ranks": ranks, "warnings": warnings,
         "imbalance": {

@@ -13,6 +13,8 @@ import re
 
 import numpy as np
 
+from tasks.analysis.categories import Category
+
 GUARD_PCT = 2.0
 BACKWARD_PCT = 5.0
 """A trace with this share of its device time in backward kernels is called a training trace."""
@@ -53,7 +55,7 @@ def uncovered_families(name_us: np.ndarray, names: list[str], category_of_name: 
         return []
     grouped: dict[str, list] = {}
     for index in np.nonzero(name_us)[0]:
-        if category_of_name[index] == "other":
+        if category_of_name[index] == Category.OTHER:
             entry = grouped.setdefault(family(names[index]), [0.0, 0, names[index]])
             entry[0] += float(name_us[index])
             entry[1] += 1

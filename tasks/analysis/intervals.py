@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tasks.analysis.categories import Category
+
 
 def _ci95_ms(per_step_us: np.ndarray) -> float | None:
     """Half-width of the 95% interval of a mean over steps (1.96 standard errors), in ms: the
@@ -22,7 +24,7 @@ def _cpu_ops(columns, classify) -> tuple[np.ndarray, ...]:  # noqa: ANN001 - Col
     Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
     their thread, for the union of busy time."""
     ts, dur, names = columns.arrays("cpu")
-    matched_name = np.array([classify(name) != "other" for name in columns.names] or [False], dtype=bool)
+    matched_name = np.array([classify(name) != Category.OTHER for name in columns.names] or [False], dtype=bool)
     matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
     counted = np.zeros(len(ts))
     busy = np.zeros(len(ts))

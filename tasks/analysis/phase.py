@@ -6,18 +6,18 @@ import json
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
+from tasks.analysis.categories import Category
+from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown
+from tasks.profile.results import PROFILE_CAPTURE
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
-    from tasks.analysis.results import Breakdown
 
     def run(ctx: TaskContext) -> Breakdown:
         from tasks.analysis.breakdown import analyze_ranks
-        from tasks.profile.results import CaptureManifest
-
-        manifest = ctx.result_of("profile_capture", CaptureManifest)
+        manifest = ctx.input(PROFILE_CAPTURE)
         artifact = ctx.artifacts_dir / "breakdown.json"
         nodes = {rank: manifest.node_names.get(str(index), f"node {index}")
                  for rank, index in manifest.nodes.items()} if manifest.node_names else {}
@@ -25,14 +25,14 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                                              "artifact": str(artifact), "nodes": nodes})
         write_atomic(artifact, json.dumps(analysis.model_dump(mode="json"), indent=1).encode())
         rank0 = analysis.ranks[0]
-        comm = rank0.categories.get("communication")
+        comm = rank0.categories.get(Category.COMMUNICATION)
         ctx.log(f"rank 0: {rank0.decode_steps} decode steps, {rank0.device_ms_per_step:.3f} ms"
                 f" device work a step, communication {comm.share_pct if comm else 0:.1f}%"
                 f" ({comm.calls_per_step if comm else 0:.0f} calls a step)")
         return analysis
 
-    return [TaskSpec("analysis_breakdown", "Break decode time down by category from the traces",
-                     "analysis", run, depends_on=("profile_capture",), result_model=Breakdown,
+    return [TaskSpec(ANALYSIS_BREAKDOWN, "Break decode time down by category from the traces",
+                     "analysis", run, depends_on=(PROFILE_CAPTURE,),
                      inputs={"analysis": _analyzer_digests()})]
 
 
@@ -55,4 +55,4 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return breakdown_section(findings)
 
 
-UNIT = PhaseUnit(name="analysis", specs=_specs, requires=("profile",), section=_section)
+UNIT = PhaseUnit(name="analysis", specs=_specs, results=(ANALYSIS_BREAKDOWN,), requires=("profile",), section=_section)

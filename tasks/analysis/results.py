@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orchestrator.refs import TaskRef
 from tasks.unit import Result
 
 
@@ -134,3 +135,6 @@ class Breakdown(Result):
         for rank, node in sorted(self.nodes.items(), key=lambda item: int(item[0])):
             grouped.setdefault(node, []).append(int(rank))
         return grouped
+
+
+ANALYSIS_BREAKDOWN = TaskRef("analysis_breakdown", Breakdown)

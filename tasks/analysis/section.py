@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.report import md_table
-from tasks.analysis.results import Breakdown, RankBreakdown
-from tasks.profile.results import CaptureManifest
+from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown, RankBreakdown
+from tasks.profile.results import PROFILE_CAPTURE
 from tasks.view import Findings, fmt
 
 
 def breakdown_section(findings: Findings) -> str:
-    analysis = findings.result("analysis_breakdown", Breakdown)
+    analysis = findings.result(ANALYSIS_BREAKDOWN)
     if not analysis:
         return ""
-    capture = findings.result("profile_capture", CaptureManifest)
+    capture = findings.result(PROFILE_CAPTURE)
     text = "## Decode-step breakdown (profiler traces)\n\n"
     if capture:
         text += (f"{capture.requests} requests of {capture.output_tokens} output tokens captured with"

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
+from orchestrator.refs import TaskRef
 from orchestrator.schema import Priority
 from tasks.session import Session
 from tasks.unit import PhaseUnit, Result, Section
@@ -46,10 +47,10 @@ def command_action(session: Session, command: str, timeout_s: float):
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
-    return [TaskSpec(id=command.id, content=command.content, kind="command",
+    # A user's todo: its id is the config's, typed by what every command returns.
+    return [TaskSpec(TaskRef(command.id, CommandOutput), content=command.content, kind="command",
                      action=command_action(session, command.run, command.timeout_s),
                      depends_on=tuple(command.depends_on), priority=Priority(command.priority),
-                     result_model=CommandOutput,
                      inputs={"commands": command.model_dump(include={"run"})})
             for command in session.config.commands]
 

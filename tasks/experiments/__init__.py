@@ -18,7 +18,6 @@ from orchestrator.campaign import Need, TaskSpec
 from orchestrator.errors import InputError
 from orchestrator.schema import Priority, Status, TodoState
 from tasks.experiments.chain import (
-    DECISION_RECORD,
     chain_ids,
     chain_specs,
     need_name,
@@ -27,6 +26,7 @@ from tasks.experiments.chain import (
 )
 from tasks.experiments.config import EXPERIMENTS_FIELD, GRID_OPTION, Change, Experiment
 from tasks.experiments.grid import expand
+from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -125,26 +125,28 @@ def _base_ids(session: Session, enabled: frozenset[str], units: dict[str, PhaseU
 
 
 def _specs(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[TaskSpec]:
-    from tasks.experiments.record import DecisionRecord, decision_record_action
+    from tasks.experiments.record import decision_record_action
 
     explicit, candidates, _ = configured(session)
     if not explicit and not candidates:
         return []
     record = TaskSpec(DECISION_RECORD, "Write the decision record: predicted TPOT change of each option",
-                      "experiments", decision_record_action(session), depends_on=tuple(_base_ids(session, enabled, units)),
-                      priority=Priority.high, result_model=DecisionRecord,
+                      "experiments", decision_record_action(session, _declared(units)), depends_on=tuple(_base_ids(session, enabled, units)),
+                      priority=Priority.high,
                       inputs={"decision_rules": session.config.campaign.decision_rules or "shipped"})
     return [record] + [spec for experiment in explicit for spec in chain_specs(session, experiment, units)]
 
 
-def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> list[TaskSpec]:
-    from tasks.experiments.record import DecisionRecord
+def _declared(units: dict[str, PhaseUnit]) -> frozenset[str]:
+    return frozenset({DECISION_RECORD.id} | {ref.id for unit in units.values() for ref in unit.results})
 
+
+def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> list[TaskSpec]:
     _, candidates, _ = configured(session)
     if not candidates:
         return []
     todos = state.by_id()
-    todo = todos.get(DECISION_RECORD)
+    todo = todos.get(DECISION_RECORD.id)
     picked = []
     if todo is not None and todo.status == Status.completed and todo.result:
         picked = chosen_by_record(DecisionRecord.model_validate(todo.result), candidates,
@@ -172,6 +174,7 @@ def make_unit(base_units: list[PhaseUnit]) -> PhaseUnit:
     units = {unit.name: unit for unit in base_units}
     # Its findings section follows the decision record (tasks/findings.py), which it checks.
     return PhaseUnit(name="experiments", specs=lambda session, enabled: _specs(session, enabled, units),
+                     results=(DECISION_RECORD,),
                      extra_config={"experiments": EXPERIMENTS_FIELD}, needs=_needs, selectable=False,
                      grow=lambda session, state: _grow(session, state, units))
 

@@ -17,13 +17,20 @@ from typing import Any
 
 from orchestrator.campaign import TaskSpec
 from orchestrator.errors import InputError
+from orchestrator.refs import TaskRef
+from tasks.analysis.results import ANALYSIS_BREAKDOWN
 from tasks.experiments.config import Change, Experiment
+from tasks.experiments.results import DECISION_RECORD
+from tasks.macro.results import MACRO_SINGLE, MACRO_SWEEP
+from tasks.model.results import MODEL_FACTS
+from tasks.profile.results import PROFILE_CAPTURE
+from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 
-DECISION_RECORD = "decision_record"
-SHADOWED = ("model_facts", "service_ready", "macro_single", "macro_sweep", "profile_capture",
-            "analysis_breakdown")
+SHADOWED: tuple[TaskRef[Any], ...] = (MODEL_FACTS, SERVICE_READY, MACRO_SINGLE, MACRO_SWEEP, PROFILE_CAPTURE,
+                                      ANALYSIS_BREAKDOWN)
 """The campaign's tasks an experiment measures again on its variant (where it runs them)."""
+SHADOWED_IDS = frozenset(ref.id for ref in SHADOWED)
 
 
 def scope(experiment: Experiment) -> str:
@@ -56,9 +63,10 @@ def chain_ids(experiment: Experiment) -> dict[str, str]:
 
 
 def _links(experiment: Experiment) -> list[str]:
-    ids = ["model_facts"] if experiment.change.model or experiment.change.tensor_parallel else []
-    ids += ["service_ready", "macro_single"] + (["macro_sweep"] if experiment.serving == "all" else [])
-    return ids + (["profile_capture", "analysis_breakdown"] if experiment.capture else [])
+    refs = [MODEL_FACTS] if experiment.change.model or experiment.change.tensor_parallel else []
+    refs += [SERVICE_READY, MACRO_SINGLE] + ([MACRO_SWEEP] if experiment.serving == "all" else [])
+    refs += [PROFILE_CAPTURE, ANALYSIS_BREAKDOWN] if experiment.capture else []
+    return [ref.id for ref in refs]
 
 
 def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any]) -> list[TaskSpec]:
@@ -78,13 +86,15 @@ def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any])
         raise InputError(f"experiment '{experiment.name}': the campaign has no {', '.join(missing)} to re-run on"
                          " the variant; enable its phase in campaign.phases or set capture = false")
     prefix, need = scope(experiment), need_name(experiment)
-    chain, previous = [], DECISION_RECORD
+    chain, previous = [], DECISION_RECORD.id
     for spec_id in wanted:
         spec = built[spec_id]
-        kept = [dep for dep in spec.depends_on if dep not in SHADOWED or dep == "model_facts"
-                and "model_facts" not in wanted]
+        # The shadowed tasks it waited for are its chain's links now; the campaign's model facts
+        # stay where the variant keeps the model.
+        kept = [dep for dep in spec.depends_on if dep not in SHADOWED_IDS or dep == MODEL_FACTS.id
+                and MODEL_FACTS.id not in wanted]
         chain.append(dataclasses.replace(
-            spec, id=prefix + spec_id, scope=prefix, isolated=True,
+            spec, ref=spec.ref.scoped(prefix), scope=prefix, isolated=True,
             content=f"Experiment {experiment.name} ({experiment.option}): {spec.content[0].lower()}{spec.content[1:]}",
             depends_on=tuple(dict.fromkeys([previous, *kept])),
             needs=tuple(need if n == "service" else n for n in spec.needs),

@@ -4,48 +4,21 @@ prediction beside what the experiment then measured (and never re-predict after 
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from orchestrator.campaign import TaskContext
+from tasks.experiments.results import DecisionRecord, OptionPrediction
 from tasks.session import Session
-from tasks.unit import Result
 
 
-class OptionPrediction(Result):
-    id: str
-    title: str
-    decision: str
-    reason: str
-    rank: int | None = None
-    gain_ms: float | None = None
-    gain_pct: float | None = None
-    formula: str
-    inputs: dict[str, float | None] = Field(default_factory=dict)
-    compromises_precision: bool = False
+def decision_record_action(session: Session, declared: frozenset[str] | None = None):
+    """``declared``: the task ids the campaign's units may declare (what the record may read)."""
 
-
-class DecisionRecord(Result):
-    tpot_ms: float | None = Field(description="TPOT the predictions are against (the capture's level)")
-    concurrency: int = Field(description="the level the predictions are made at (the capture's concurrency)")
-    noise_pct: float | None = Field(None, description="TPOT's spread there, % of the median")
-    min_gain_pct: float
-    rules: str
-    assumptions: dict[str, float]
-    figures: dict[str, float | None] = Field(description="every figure the rules could read, as measured")
-    options: list[OptionPrediction]
-
-    def option(self, option_id: str) -> OptionPrediction | None:
-        return next((o for o in self.options if o.id == option_id), None)
-
-
-def decision_record_action(session: Session):
     def run(ctx: TaskContext) -> DecisionRecord:
         from tasks.synthesis.decisions import campaign_rules, decide
         from tasks.synthesis.estimates import rule_figures
         from tasks.synthesis.figures import key_figures
         from tasks.view import Findings
 
-        findings = Findings(session, ctx.state, session.reports_dir / ctx.state.campaign)
+        findings = Findings(session, ctx.state, session.reports_dir / ctx.state.campaign, declared=declared)
         figures = key_figures(findings)
         rules = campaign_rules(findings)
         values = rule_figures(figures, rules.assumptions)

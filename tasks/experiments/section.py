@@ -9,14 +9,16 @@ from orchestrator.schema import Status
 from tasks.experiments import experiments_run
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, append, load_ledger
-from tasks.experiments.record import DecisionRecord
+from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.verify import Verification, verify
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
 from tasks.synthesis.decisions import fmt_figure, fmt_ms
 from tasks.view import Findings, fmt
 
 
 def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | None, list[Verification]]:
-    record = findings.result("decision_record", DecisionRecord)
+    record = findings.result(DECISION_RECORD)
     if record is None:
         return None, []
     todos = findings.state.by_id()
@@ -116,11 +118,9 @@ ELIGIBLE = ("the prioritised options, those not pursued only for noise and preci
 
 
 def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> int:
-    from tasks.host import HostFacts
-    from tasks.model import ModelFacts
 
-    host = findings.result("host_facts", HostFacts)
-    model = findings.result("model_facts", ModelFacts)
+    host = findings.result(HOST_FACTS)
+    model = findings.result(MODEL_FACTS)
     shapes = model.shapes if model else None
     shape = (f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
              if model and shapes else (model.model_type if model else "unknown"))

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 from tasks.experiments.chain import SHADOWED, chain_ids
 from tasks.experiments.config import Experiment
-from tasks.experiments.record import DecisionRecord
+from tasks.experiments.results import DecisionRecord
 from tasks.macro.results import LevelSummary
+from tasks.model.results import MODEL_FACTS
 from tasks.synthesis.figures import KeyFigures, key_figures
 from tasks.view import Findings
 
@@ -67,7 +68,8 @@ def variant_findings(findings: Findings, experiment: Experiment) -> Findings:
     where it did not run one), the campaign's for the rest (model facts where the model is
     the same, the micros)."""
     ids = chain_ids(experiment)
-    overrides: dict[str, str | None] = {task: ids.get(task) for task in SHADOWED if task in ids or task != "model_facts"}
+    overrides: dict[str, str | None] = {ref.id: ids.get(ref.id) for ref in SHADOWED
+                                        if ref.id in ids or ref != MODEL_FACTS}
     return findings.seen_through(overrides)
 
 

@@ -7,6 +7,10 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from orchestrator.campaign import TaskSpec
+from tasks.gemm.results import GEMM_BENCH
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
+from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit, Section
 
@@ -21,13 +25,12 @@ class GemmSection(Section):
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.gemm.action import gemm_action
-    from tasks.gemm.results import GemmResult
 
     # After the server ran (when it is part of the campaign): its log names the kernels to time.
-    server = ("service_ready",) if "service" in enabled else ()
-    return [TaskSpec("gemm_bench", "Microbenchmark the decode GEMMs at the model's per-rank shapes",
-                     "gemm", gemm_action(session), depends_on=("host_facts", "model_facts", *server),
-                     needs=("accelerators_free",), result_model=GemmResult,
+    server = (SERVICE_READY,) if "service" in enabled else ()
+    return [TaskSpec(GEMM_BENCH, "Microbenchmark the decode GEMMs at the model's per-rank shapes",
+                     "gemm", gemm_action(session), depends_on=(HOST_FACTS, MODEL_FACTS, *server),
+                     optional=(SERVICE_READY,), needs=("accelerators_free",),
                      inputs={"gemm": session.config.gemm.model_dump()})]
 
 
@@ -37,5 +40,5 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return gemm_section(findings)
 
 
-UNIT = PhaseUnit(name="gemm", specs=_specs, config=GemmSection, requires=("host", "model"),
+UNIT = PhaseUnit(name="gemm", specs=_specs, results=(GEMM_BENCH,), config=GemmSection, requires=("host", "model"),
                  section=_section)

@@ -9,10 +9,10 @@ from pathlib import Path
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from tasks.gemm.results import GemmResult
-from tasks.host import HostFacts
+from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
-from tasks.model import ModelFacts
-from tasks.service import ServiceReady
+from tasks.model.results import MODEL_FACTS
+from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 
 REMOTE = Path(__file__).parent / "remote"
@@ -22,9 +22,9 @@ GEMM_SCRIPT = REMOTE / "gemm_bench.py"
 def server_w4a16_kernel(ctx: TaskContext) -> str:
     """The W4A16 kernel the server's log named ('Using MacheteLinearKernel for ...'), so the bench
     times the same one; 'auto' (vLLM's own preference) when the server did not run or said none."""
-    if not ctx.state.by_id().get("service_ready"):
+    ready = ctx.optional_input(SERVICE_READY)
+    if ready is None:
         return "auto"
-    ready = ctx.result_of("service_ready", ServiceReady)
     named = " ".join(ready.load.linear_kernels if ready.load else [])
     return next((kernel for kernel in ("machete", "marlin") if kernel in named.lower()), "auto")
 
@@ -37,8 +37,8 @@ def threads_per_rank(host: HostFacts, tensor_parallel: int) -> int:
 
 def gemm_action(session: Session):
     def run(ctx: TaskContext) -> GemmResult:
-        shapes_model = ctx.result_of("model_facts", ModelFacts).require_shapes()
-        host = ctx.result_of("host_facts", HostFacts)
+        shapes_model = ctx.input(MODEL_FACTS).require_shapes()
+        host = ctx.input(HOST_FACTS)
         accelerator = host.accelerator
         cfg = session.config.gemm
         shapes = shapes_model.gemm_rows(cfg.batch_sizes)

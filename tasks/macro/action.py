@@ -13,7 +13,7 @@ from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
 from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
 from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun
-from tasks.model import ModelFacts
+from tasks.model.results import MODEL_FACTS
 from tasks.service.launch import served_name, service_log_path, service_pid_path
 from tasks.session import Session
 
@@ -22,7 +22,7 @@ LOADGEN_SCRIPT = Path(__file__).parent / "remote" / "loadgen.py"
 
 def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_tokens: int) -> list[str]:
     """The load client's options shared by the benchmarks and the capture."""
-    model = ctx.result_of("model_facts", ModelFacts)
+    model = ctx.input(MODEL_FACTS)
     cfg = session.config.macro
     args = ["--port", str(session.config.service.port), "--model", served_name(session),
             "--input-tokens", str(input_tokens), "--output-tokens", str(output_tokens),

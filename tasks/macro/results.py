@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from orchestrator.refs import TaskRef
 from tasks.unit import Result
 
 
@@ -155,3 +156,9 @@ class SloSearch(Result):
     slo_ttft_ms: float | None
     slo_tpot_ms: float | None
     slo_e2e_ms: float | None
+
+
+MACRO_SINGLE = TaskRef("macro_single", MacroSingle)
+MACRO_SWEEP = TaskRef("macro_sweep", MacroSweep)
+MACRO_RATES = TaskRef("macro_rates", MacroRates)
+MACRO_SLO_SEARCH = TaskRef("macro_slo_search", SloSearch)

@@ -6,13 +6,24 @@ from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from tasks.macro.metrics import DEFINITIONS, goodput
 from tasks.macro.noise import ranges_overlap
-from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, SloSearch, Stalls
+from tasks.macro.results import (
+    MACRO_RATES,
+    MACRO_SINGLE,
+    MACRO_SLO_SEARCH,
+    MACRO_SWEEP,
+    LevelSummary,
+    MacroRates,
+    MacroSingle,
+    MacroSweep,
+    SloSearch,
+    Stalls,
+)
 from tasks.view import Findings, fmt
 
 
 def macro_section(findings: Findings) -> str:
-    single = findings.result("macro_single", MacroSingle)
-    sweep = findings.result("macro_sweep", MacroSweep)
+    single = findings.result(MACRO_SINGLE)
+    sweep = findings.result(MACRO_SWEEP)
     if not single and not sweep:
         return ""
     meta = single or sweep
@@ -38,12 +49,12 @@ def macro_section(findings: Findings) -> str:
              " (fresh prompts each); the spread column is over the runs' mean TPOT: stable <= 5%, noisy <= 20%,"
              " else unstable.\n\n" + md_table(header, rows))
     text += noise_notes(runs)
-    rates = findings.result("macro_rates", MacroRates)
+    rates = findings.result(MACRO_RATES)
     text += rates_table(rates, findings) if rates else ""
     runs += [(f"{level.request_rate:g} req/s", level) for level in (rates.levels if rates else [])]
     text += goodput_table(runs, findings.session.config.macro if findings.session else None)
     text += percentiles_table(runs, findings.session.config.macro if findings.session else None)
-    search = findings.result("macro_slo_search", SloSearch)
+    search = findings.result(MACRO_SLO_SEARCH)
     text += slo_search_table(search) if search else ""
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
     text += prefix_cache_text(runs)

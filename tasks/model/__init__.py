@@ -11,44 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.errors import InputError, TaskFailed
 from orchestrator.schema import Priority
 from tasks.host import host_identity
 from tasks.host_json import run_json_script
-from tasks.model.shapes import ModelShapes, model_shapes, quantized_dtype
+from tasks.model.results import MODEL_FACTS, ModelFacts
+from tasks.model.shapes import model_shapes, quantized_dtype
 from tasks.session import Node, Session
-from tasks.unit import PhaseUnit, Result
+from tasks.unit import PhaseUnit
 
 TINY_MODEL_SCRIPT = Path(__file__).parent / "remote" / "make_tiny_model.py"
-
-
-class ModelFacts(Result):
-    model: str = Field(description="the model's folder on the host")
-    generated: bool = Field(description="the tiny random-weight model this project generates")
-    model_type: str | None
-    config_artifact: str
-    vocab_size: int
-    tokenizer_vocab_size: int | None = Field(
-        None, description="tokens the model folder's tokenizer.json knows; prompts stay below it")
-    weight_dtype: str = Field(description="what config.json declares; the trace shows what ran")
-    group_size: int | None
-    shapes: ModelShapes | None = Field(description="per-rank GEMM shapes; None when the family is unknown")
-    shapes_error: str | None = None
-
-    @property
-    def prompt_vocab(self) -> int:
-        """Token ids a random prompt may use: valid for the model and for its tokenizer (a
-        dummy-weight model may pair a full-size config with a small tokenizer)."""
-        return min(self.vocab_size, self.tokenizer_vocab_size or self.vocab_size)
-
-    def require_shapes(self) -> ModelShapes:
-        if self.shapes is None:
-            raise InputError(self.shapes_error or f"{self.config_artifact}: no GEMM shapes derived")
-        return self.shapes
 
 
 def model_path(session: Session, node: Node | None = None) -> str:
@@ -117,8 +91,8 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     inputs = {"host": host_identity(session.config),
               "service": session.config.service.model_dump(include={"model", "tensor_parallel"})}
-    return [TaskSpec("model_facts", "Get the model's config.json (generate the tiny model if none is set)",
-                     "model", run, priority=Priority.high, result_model=ModelFacts, inputs=inputs)]
+    return [TaskSpec(MODEL_FACTS, "Get the model's config.json (generate the tiny model if none is set)",
+                     "model", run, priority=Priority.high, inputs=inputs)]
 
 
 def _checks(session: Session) -> list:
@@ -127,4 +101,4 @@ def _checks(session: Session) -> list:
     return model_checks(session)
 
 
-UNIT = PhaseUnit(name="model", specs=_specs, requires=("host",), checks=_checks)
+UNIT = PhaseUnit(name="model", specs=_specs, results=(MODEL_FACTS,), requires=("host",), checks=_checks)

@@ -10,6 +10,10 @@ from pydantic import Field
 
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
+from tasks.macro.results import MACRO_SWEEP
+from tasks.model.results import MODEL_FACTS
+from tasks.profile.results import PROFILE_CAPTURE
+from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit, Section
 
@@ -26,14 +30,13 @@ class ProfileSection(Section):
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.profile.capture import capture_action
-    from tasks.profile.results import CaptureManifest
 
-    after = "macro_sweep" if "macro" in enabled else "service_ready"
+    after = MACRO_SWEEP if "macro" in enabled else SERVICE_READY
     inputs = {"profile": session.config.profile.model_dump(exclude={"stop_timeout_s"}),
               "macro": {"input_tokens": session.config.macro.input_tokens}}
-    return [TaskSpec("profile_capture", "Capture decode steps with torch.profiler through vLLM",
+    return [TaskSpec(PROFILE_CAPTURE, "Capture decode steps with torch.profiler through vLLM",
                      "profile", capture_action(session), depends_on=(after,), needs=("service",),
-                     priority=Priority.high, result_model=CaptureManifest, inputs=inputs)]
+                     optional=(MODEL_FACTS,), priority=Priority.high, inputs=inputs)]
 
 
-UNIT = PhaseUnit(name="profile", specs=_specs, config=ProfileSection, requires=("service",))
+UNIT = PhaseUnit(name="profile", specs=_specs, results=(PROFILE_CAPTURE,), config=ProfileSection, requires=("service",))

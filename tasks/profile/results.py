@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from orchestrator.refs import TaskRef
 from tasks.macro.results import Distribution
 from tasks.unit import Result
 
@@ -41,3 +42,6 @@ class CaptureManifest(PendingCapture):
 
     def trace_paths(self) -> dict[int, Path]:
         return {int(rank): Path(self.folder) / name for rank, name in self.ranks.items()}
+
+
+PROFILE_CAPTURE = TaskRef("profile_capture", CaptureManifest)

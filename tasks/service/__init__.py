@@ -16,8 +16,11 @@ from pydantic import Field
 from orchestrator.campaign import Need, TaskContext, TaskSpec
 from orchestrator.schema import Priority
 from tasks.config import redacted_env
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
+from tasks.service.results import SERVICE_READY, ServiceFacts, ServiceReady
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Result, Section
+from tasks.unit import PhaseUnit, Section
 
 
 class ServiceSection(Section):
@@ -36,45 +39,6 @@ class ServiceSection(Section):
         "multi-node: the port on the head where the nodes' ranks meet (vLLM's --master-port)"))
 
 
-class LoadSummary(Result):
-    """What vLLM's start-up log said (tasks/service/vllm_log.py)."""
-
-    phase: str
-    shard_percent: int | None = None
-    shards_done: int | None = None
-    shards_total: int | None = None
-    eta_s: float | None = None
-    weights_load_s: float | None = None
-    model_load_s: float | None = None
-    model_memory_gib: float | None = None
-    graph_capture_percent: int | None = None
-    graph_capture_s: float | None = None
-    engine_init_s: float | None = None
-    kv_cache_tokens: int | None = None
-    quantization: str | None = None
-    enforce_eager: bool | None = None
-    cudagraph_mode: str | None = None
-    attention_backend: str | None = None
-    linear_kernels: list[str] = Field(default_factory=list)
-    moe_method: str | None = None
-    startup_complete: bool = False
-    fatal_line: str | None = None
-    lines_seen: int = 0
-    phases_seen: list[str] = Field(default_factory=list)
-
-
-class ServiceReady(Result):
-    adopted: bool
-    pid: int | None
-    model: str = Field(description="the served model name")
-    ready_s: float | None = None
-    load: LoadSummary | None = None
-    launched_at_epoch_s: float | None = None
-    log: str | None = None
-    health_to_task_done_s: float | None = Field(
-        None, description="from /health turning 200 to this task's end: readiness latency")
-
-
 def service_identity(config: Any) -> dict[str, Any]:
     """The service settings that change what the server computes (not its port or deadlines);
     environment values as digests, so a token is never written into the todo file."""
@@ -84,19 +48,18 @@ def service_identity(config: Any) -> dict[str, Any]:
 
 
 def _ready(ctx: TaskContext) -> ServiceReady:
-    facts = dict(ctx.facts["service"])
-    seen = facts.pop("health_seen_monotonic", None)
-    if seen is not None:
-        facts["health_to_task_done_s"] = round(time.monotonic() - seen, 3)
-    return ServiceReady.model_validate(facts)
+    facts = ctx.need_facts("service", ServiceFacts)
+    ready = ServiceReady.model_validate(facts.model_dump(exclude={"health_seen_monotonic"}))
+    if facts.health_seen_monotonic is not None:
+        ready.health_to_task_done_s = round(time.monotonic() - facts.health_seen_monotonic, 3)
+    return ready
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.host import host_identity
 
-    return [TaskSpec("service_ready", "Check the vLLM service is running and ready", "service", _ready,
-                     depends_on=("host_facts", "model_facts"), needs=("service",),
-                     priority=Priority.high, result_model=ServiceReady,
+    return [TaskSpec(SERVICE_READY, "Check the vLLM service is running and ready", "service", _ready,
+                     depends_on=(HOST_FACTS, MODEL_FACTS), needs=("service",), priority=Priority.high,
                      inputs={"host": host_identity(session.config), "service": service_identity(session.config)})]
 
 
@@ -129,5 +92,5 @@ def _stop(session: Session) -> list[str]:
         ", no process of it left, no GPU process or memory held" for node, pid in running]
 
 
-UNIT = PhaseUnit(name="service", specs=_specs, config=ServiceSection, requires=("host", "model"),
+UNIT = PhaseUnit(name="service", specs=_specs, results=(SERVICE_READY,), config=ServiceSection, requires=("host", "model"),
                  needs=_needs, checks=_checks, stop=_stop)

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from orchestrator.campaign import Check
 from orchestrator.statefile import load_state
+from tasks.host.results import HOST_FACTS
 from tasks.session import Session
 
 
 def service_checks(session: Session) -> list[Check]:
-    from tasks.host import HostFacts
+    from tasks.host.results import HostFacts
     from tasks.service.launch import launch_plan, served_name
     from tasks.service.lifecycle import ServiceLifecycle, busy_gpus
 
@@ -47,7 +48,7 @@ def service_checks(session: Session) -> list[Check]:
             checks.append(Check("service.tensor_parallel", f"{cfg.service.tensor_parallel} ranks, {len(listed)} GPUs"
                                 " on the host: lower service.tensor_parallel", blocking=True))
     state = load_state(session.state_path) if session.state_path.is_file() else None
-    facts = state.by_id().get("host_facts") if state else None
+    facts = state.by_id().get(HOST_FACTS.id) if state else None
     if facts is not None and facts.result:
         plan = launch_plan(session, HostFacts.model_validate(facts.result), session.nodes[0])
         checks.append(Check("server command", " ".join(plan.argv)[:400]))

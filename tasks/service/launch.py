@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.errors import InputError
 from tasks.collective_env import collective_defaults
-from tasks.host import HostFacts
+from tasks.host.results import HostFacts
 from tasks.model import model_path
 from tasks.session import Node, Session
 

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed, tail_lines
 from orchestrator.retry import poll_policy
-from tasks.host import HostFacts
+from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.service.launch import (
     VLLM_CLI_SCRIPT,
     launch_plan,
@@ -191,7 +191,7 @@ class ServiceLifecycle:
                     " by a process we did not launch and that is not a healthy vLLM; stop it or"
                     " set service.port"
                 )
-            pid = self.launch(ctx, ctx.result_of("host_facts", HostFacts))
+            pid = self.launch(ctx, ctx.input(HOST_FACTS))
             launched_at = time.time()
         facts = self.follow_load(ctx, pid)
         facts |= {"adopted": False, "pid": pid, "model": expected,

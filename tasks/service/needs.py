@@ -5,21 +5,22 @@ tasks by need, so each server loads once."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from orchestrator.campaign import TaskContext
+from tasks.host.results import HOST_FACTS
 from tasks.service.lifecycle import ServiceLifecycle
+from tasks.service.results import AcceleratorsFree, ServiceFacts
 
 
 class ServiceNeed:
     name = "service"
     conflicts = frozenset({"accelerators_free"})
+    reads = (HOST_FACTS,)  # the launch plan is the host's (its GPUs, its cores)
 
     def __init__(self, lifecycle: ServiceLifecycle) -> None:
         self.lifecycle = lifecycle
 
-    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
-        return self.lifecycle.ensure_running(ctx)
+    def ensure(self, ctx: TaskContext) -> ServiceFacts:
+        return ServiceFacts.model_validate(self.lifecycle.ensure_running(ctx))
 
     def finish(self) -> None:
         # The campaign is over: stop a server we launched; leave one we adopted alone.
@@ -30,12 +31,13 @@ class ServiceNeed:
 class AcceleratorsFreeNeed:
     name = "accelerators_free"
     conflicts = frozenset({"service"})
+    reads = ()
 
     def __init__(self, lifecycle: ServiceLifecycle) -> None:
         self.lifecycle = lifecycle
 
-    def ensure(self, ctx: TaskContext) -> dict[str, Any]:
-        return self.lifecycle.ensure_stopped(ctx)
+    def ensure(self, ctx: TaskContext) -> AcceleratorsFree:
+        return AcceleratorsFree.model_validate(self.lifecycle.ensure_stopped(ctx))
 
     def finish(self) -> None:
         return None

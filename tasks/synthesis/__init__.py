@@ -7,18 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tasks.service.results import SERVICE_READY
 from tasks.view import Findings
 
 
 def opening_sections(findings: Findings) -> list[str]:
-    from tasks.service import ServiceReady
     from tasks.synthesis.figures import key_figures
     from tasks.synthesis.server_ran import server_ran_section
     from tasks.synthesis.setup import setup_section
     from tasks.synthesis.summary import summary_section
 
     figures = key_figures(findings)
-    ready = findings.result("service_ready", ServiceReady)
+    ready = findings.result(SERVICE_READY)
     return [summary_section(figures), setup_section(findings),
             server_ran_section(ready.load if ready else None, figures.rank0, figures.model)]
 

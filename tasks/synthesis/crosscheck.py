@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
+from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.profile.results import CaptureManifest
 from tasks.synthesis.figures import KeyFigures
@@ -23,11 +24,11 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
     rows.append(["all-reduces a decode step", f"config: {expected}", f"trace: {allreduce_calls:.1f}",
                  "match" if expected is not None and abs(expected - allreduce_calls) < 0.01 else
                  "differs: see the names " + ", ".join(f"{k} x{v:.1f}" for k, v in by_name.items())])
-    comm = rank0.categories.get("communication")
+    comm = rank0.categories.get(Category.COMMUNICATION)
     allreduce = figures.allreduce
     if allreduce and allreduce.predictions and comm and comm.calls_per_step:
         first = allreduce.predictions[0]
-        reduce_ops = [k for k in rank0.top_kernels if k.category == "communication" and is_allreduce_time(k.name)]
+        reduce_ops = [k for k in rank0.top_kernels if k.category == Category.COMMUNICATION and is_allreduce_time(k.name)]
         traced_ms = sum(k.ms_per_step for k in reduce_ops) if reduce_ops else comm.ms_per_step
         traced_what = "all-reduce ops" if reduce_ops else "all communication"
         ratio = first.predicted_ms_per_step / traced_ms if traced_ms else None

@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from tasks.allreduce.results import AllreduceResult
+from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
@@ -37,8 +38,8 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
         "decode_tpot_ms": figures.decode_tpot_ms,
         "w4a16_vs_bf16_speedup": w4a16_speedup(figures.gemm.rows) if figures.gemm else None,
     }
-    for category in ("communication", "gemm", "attention", "moe"):
-        short = "comm" if category == "communication" else category
+    for category in (Category.COMMUNICATION, Category.GEMM, Category.ATTENTION, Category.MOE):
+        short = "comm" if category == Category.COMMUNICATION else category
         out[f"{short}_share_pct"] = figures.share(category)
         out[f"{short}_ms"] = category_ms(figures, category)
     out.update(_collective_figures(figures))
@@ -82,10 +83,10 @@ def _collective_figures(figures: KeyFigures) -> dict[str, float | None]:
                 "ar_calls": None, "ar_trace_p50_us": None}
     waits = []
     for rank in figures.breakdown.ranks:
-        comm = rank.categories.get("communication")
+        comm = rank.categories.get(Category.COMMUNICATION)
         waits.append(max(0.0, comm.ms_per_step - typical_ms(comm)) if comm and comm.calls_per_step else 0.0)
-    comm = figures.rank0.categories.get("communication")
-    reduce_ops = [k for k in figures.rank0.top_kernels if k.category == "communication" and is_allreduce_time(k.name)]
+    comm = figures.rank0.categories.get(Category.COMMUNICATION)
+    reduce_ops = [k for k in figures.rank0.top_kernels if k.category == Category.COMMUNICATION and is_allreduce_time(k.name)]
     calls = sum(v for k, v in figures.rank0.communication_by_name_per_step.items() if counts_as_allreduce(k))
     launches = sum(k.calls_per_step for k in reduce_ops if counts_as_allreduce(k.name))
     # A call's typical time: its launch and, for an async collective, its wait.

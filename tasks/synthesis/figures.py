@@ -6,13 +6,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from tasks.allreduce.results import AllreduceResult
-from tasks.analysis.results import Breakdown, RankBreakdown
-from tasks.gemm.results import GemmResult, GemmRow
-from tasks.host import HostFacts
-from tasks.macro.results import MacroSingle, MacroSweep
-from tasks.model import ModelFacts
-from tasks.profile.results import CaptureManifest
+from tasks.allreduce.results import ALLREDUCE_BENCH, AllreduceResult
+from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown, RankBreakdown
+from tasks.gemm.results import GEMM_BENCH, GemmResult, GemmRow
+from tasks.host.results import HOST_FACTS, HostFacts
+from tasks.macro.results import MACRO_SINGLE, MACRO_SWEEP, MacroSingle, MacroSweep
+from tasks.model.results import MODEL_FACTS, ModelFacts
+from tasks.profile.results import PROFILE_CAPTURE, CaptureManifest
 from tasks.view import Findings
 
 
@@ -69,25 +69,25 @@ class KeyFigures:
 
 
 def key_figures(findings: Findings) -> KeyFigures:
-    breakdown = findings.result("analysis_breakdown", Breakdown)
-    single = findings.result("macro_single", MacroSingle)
-    sweep = findings.result("macro_sweep", MacroSweep)
+    breakdown = findings.result(ANALYSIS_BREAKDOWN)
+    single = findings.result(MACRO_SINGLE)
+    sweep = findings.result(MACRO_SWEEP)
     tpot = {level.concurrency: level.tpot_ms.mean for level in (sweep.levels if sweep else [])
             if level.tpot_ms.mean is not None}
     if single and single.single_stream.tpot_ms.mean is not None:
         tpot[1] = single.single_stream.tpot_ms.mean  # the single-stream run is the c=1 reference
-    model = findings.result("model_facts", ModelFacts)
+    model = findings.result(MODEL_FACTS)
     return KeyFigures(
         tp=model.shapes.tensor_parallel if model and model.shapes else findings.session.config.service.tensor_parallel,
         rank0=breakdown.ranks[0] if breakdown and breakdown.ranks else None,
         breakdown=breakdown,
         model=model,
-        host=findings.result("host_facts", HostFacts),
-        gemm=findings.result("gemm_bench", GemmResult),
-        allreduce=findings.result("allreduce_bench", AllreduceResult),
+        host=findings.result(HOST_FACTS),
+        gemm=findings.result(GEMM_BENCH),
+        allreduce=findings.result(ALLREDUCE_BENCH),
         decode_tpot_ms=single.single_stream.tpot_ms.mean if single else None,
         tpot_by_concurrency=tpot,
-        capture=findings.result("profile_capture", CaptureManifest),
+        capture=findings.result(PROFILE_CAPTURE),
         single=single,
         sweep=sweep,
     )

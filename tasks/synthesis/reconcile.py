@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tasks.analysis.categories import Category
 from tasks.gemm.results import GemmResult, GemmRow
 from tasks.model.shapes import ModelShapes
 from tasks.profile.results import CaptureManifest
@@ -82,7 +83,7 @@ def gemm_rows(figures: KeyFigures) -> list[list[str]]:
     if not (rank0 and gemm and shapes):
         return []
     rows = []
-    for experts, category in ((False, "gemm"), (True, "moe")):
+    for experts, category in ((False, Category.GEMM), (True, Category.MOE)):
         prediction = predict_gemm(shapes, gemm, rank0.decode_tokens_per_step or 1, experts)
         traced = rank0.categories.get(category)
         if prediction is None or not prediction.calls_per_step or traced is None:

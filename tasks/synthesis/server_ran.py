@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 
 from orchestrator.report import md_table
+from tasks.analysis.categories import Category
 from tasks.analysis.results import RankBreakdown
-from tasks.model import ModelFacts
-from tasks.service import LoadSummary
+from tasks.model.results import ModelFacts
+from tasks.service.results import LoadSummary
 from tasks.view import fmt
 
 QUANTIZED_KERNEL = re.compile(r"marlin|machete|int4|wna16|w4a16|scaled_mm|fp8|gptq|awq|exllama|tinygemm|w8a8",
@@ -50,11 +51,11 @@ def server_ran_section(load: LoadSummary | None, rank0: RankBreakdown | None, mo
                  ["CUDA graphs (log)", _graphs(load)]]
     gemm_kernels: list[str] = []
     if rank0 is not None:
-        gemm_kernels = [k.name for k in rank0.top_kernels if k.category in ("gemm", "moe")]
-        attention = [k.name for k in rank0.top_kernels if k.category == "attention"]
+        gemm_kernels = [k.name for k in rank0.top_kernels if k.category in (Category.GEMM, Category.MOE)]
+        attention = [k.name for k in rank0.top_kernels if k.category == Category.ATTENTION]
         rows += [["GEMM kernels (trace, decode)", "; ".join(
                      f"`{k.name[:70]}` x{fmt(k.calls_per_step, 1)}" for k in rank0.top_kernels
-                     if k.category in ("gemm", "moe")) or "none in the top kernels"],
+                     if k.category in (Category.GEMM, Category.MOE)) or "none in the top kernels"],
                  ["attention kernels (trace)", "; ".join(f"`{n[:70]}`" for n in attention) or "-"],
                  ["all-reduce implementation (trace)",
                   allreduce_implementation(list(rank0.communication_by_name_per_step)) or "none (no communication)"]]

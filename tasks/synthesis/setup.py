@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.host import HostFacts
-from tasks.model import ModelFacts
-from tasks.service import ServiceReady
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
+from tasks.service.results import SERVICE_READY
 from tasks.view import Findings, fmt
 
 
 def setup_section(findings: Findings) -> str:
-    host = findings.result("host_facts", HostFacts)
-    model = findings.result("model_facts", ModelFacts)
-    ready = findings.result("service_ready", ServiceReady)
+    host = findings.result(HOST_FACTS)
+    model = findings.result(MODEL_FACTS)
+    ready = findings.result(SERVICE_READY)
     if not (host or model or ready):
         return ""
     cfg = findings.session.config

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from orchestrator.errors import InputError
+from orchestrator.refs import TaskRef
 from orchestrator.report import md_table
 from orchestrator.statefile import load_state
 from tasks.macro.results import LevelSummary, Spread
+from tasks.model.results import MODEL_FACTS
 from tasks.synthesis.figures import KeyFigures, key_figures
 from tasks.view import Findings
 
@@ -97,13 +100,25 @@ def load_snapshot(path: Path) -> Snapshot:
                          " regenerate it with `orchestrate report`, or name the campaign's todo.json") from None
 
 
+def _require(path: Path, findings: Findings, ref: TaskRef[Any], why: str) -> None:
+    todo = findings.state.by_id().get(ref.id)
+    if findings.result(ref) is None:
+        status = todo.status.value if todo else "not in the file"
+        raise InputError(f"{path}: todo '{ref.id}' has no completed result ({status}): {why}; run"
+                         " `orchestrate resume` on that campaign first, or compare its report's baseline.json")
+
+
 def snapshot_of_state(path: Path) -> Snapshot:
     from tasks.synthesis.decisions import decide, load_rules
     from tasks.synthesis.estimates import rule_figures
 
     state = load_state(path)
     findings = Findings(None, state, path.parent)  # type: ignore[arg-type] - results only
+    _require(path, findings, MODEL_FACTS, "what was measured (the model, its TP) is not known")
     figures = key_figures(findings)
+    if not (figures.single or figures.sweep or figures.rank0):
+        raise InputError(f"{path}: no serving benchmark or trace analysis has completed, so there is nothing"
+                         " to compare; `orchestrate resume` that campaign first")
     rules = load_rules()
     predictions = {o.id: o.gain_ms for o in decide(rule_figures(figures, rules.assumptions), rules)}
     return snapshot(figures, state.campaign, str(path), predictions, None)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.report import md_table
+from tasks.analysis.categories import Category
 from tasks.synthesis.estimates import category_ms, typical_ms, weight_bytes_per_step
 from tasks.synthesis.figures import KeyFigures
 from tasks.view import fmt
@@ -40,7 +41,7 @@ def step_rows(figures: KeyFigures) -> tuple[list[StepRow], float] | None:
     for name, category in rank0.categories.items():
         if not category.calls_per_step:
             continue
-        if name == "communication":
+        if name == Category.COMMUNICATION:
             # A collective repeats one op: its mean above the p50 is waiting for a late rank.
             typical = typical_ms(category)
             rows.append(StepRow("communication: typical calls", typical, category.calls_per_step,

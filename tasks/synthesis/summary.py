@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tasks.analysis.categories import Category
 from tasks.analysis.results import CategoryFigures
 from tasks.synthesis.figures import KeyFigures
 
@@ -21,12 +22,12 @@ def summary_section(figures: KeyFigures) -> str:
     dominant = figures.dominant_category
     if rank0 and dominant:
         cat = rank0.categories[dominant]
-        comm = rank0.categories.get("communication")
+        comm = rank0.categories.get(Category.COMMUNICATION)
         lines.append(f"- Decode steps on rank 0 spend most device time in **{dominant}**:"
                      f" {cat.share_pct:.1f}% of decode device time ({cat.calls_per_step:.0f} calls"
                      f" a step, {cat.mean_us_per_call:.1f} µs a call, {cat.ms_per_step:.3f} ms a step)."
                      + tail_note(cat))
-        if comm and comm.calls_per_step and dominant != "communication":
+        if comm and comm.calls_per_step and dominant != Category.COMMUNICATION:
             lines.append(f"- Communication is {comm.share_pct:.1f}% of decode device time:"
                          f" {comm.calls_per_step:.0f} calls a step at {comm.mean_us_per_call:.1f} µs."
                          + tail_note(comm))
