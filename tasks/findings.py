@@ -46,7 +46,20 @@ def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
     sections.append("## Tasks\n\n" + task_table(state) + "\n" + timing_summary(state))
     sections.append(f"{HUMAN_NOTES_HEADING}\n\n{notes}")
     text = "\n".join(section for section in sections if section)
-    write_atomic(document_path, text.encode(), shared=True)
-    write_atomic(folder / "findings.html", render_html(text, folder, f"findings: {state.campaign}").encode(),
-                 shared=True)
+    write_document(findings, document_path, text)
     return [document_path]
+
+
+def write_document(findings: Findings, document_path: Path, text: str) -> None:
+    """The writers, once every section is computed: the files the sections attached (CSV, plots,
+    baseline.json), the ledger's new records, then the Markdown and its HTML rendering."""
+    from tasks.experiments.ledger import LEDGER_NAME, append
+
+    folder = document_path.parent
+    for name, content in findings.outputs.files.items():
+        write_atomic(folder / name, content, shared=True)
+    if findings.outputs.ledger:
+        append(findings.session.reports_dir / LEDGER_NAME, findings.outputs.ledger)
+    write_atomic(document_path, text.encode(), shared=True)
+    write_atomic(folder / "findings.html", render_html(text, folder, f"findings: {findings.state.campaign}").encode(),
+                 shared=True)

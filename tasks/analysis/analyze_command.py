@@ -128,7 +128,8 @@ def _print_table(analysis, rules: str) -> None:  # noqa: ANN001 - tasks.analysis
 def _write(out: Path, analysis, document: dict) -> None:  # noqa: ANN001
     import os
 
-    from tasks.analysis.section import imbalance_text, plot_breakdown, rank_section
+    from tasks.analysis.section import breakdown_figure, imbalance_text, rank_section
+    from tasks.view import figure_png
 
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "breakdown.json", json.dumps(document, indent=1).encode(), shared=True)
@@ -136,7 +137,8 @@ def _write(out: Path, analysis, document: dict) -> None:  # noqa: ANN001
             " is every kernel/memcpy/memset on GPU traces, every rule-matched outermost CPU op on CPU traces.\n\n")
     for rank in analysis.ranks:
         text += rank_section(rank, f"[{Path(rank.trace).name}]({os.path.relpath(rank.trace, out)})")
-    text += imbalance_text(analysis) + f"\n![breakdown]({plot_breakdown(analysis, out)})\n"
+    write_atomic(out / "breakdown.png", figure_png(breakdown_figure(analysis)), shared=True)
+    text += imbalance_text(analysis) + "\n![breakdown](breakdown.png)\n"
     write_atomic(out / "analysis.md", text.encode(), shared=True)
 
 

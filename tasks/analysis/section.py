@@ -31,7 +31,8 @@ def breakdown_section(findings: Findings) -> str:
     text += imbalance_text(analysis)
     text += ("\nTo look at a trace: open https://ui.perfetto.dev and drop the `.json.gz` file there (Perfetto"
              " reads Kineto traces gzipped, in the browser, nothing uploaded), or `chrome://tracing`.\n")
-    text += f"\n![decode breakdown]({plot_breakdown(analysis, findings.folder)})\n"
+    plot = findings.attach_figure("breakdown", breakdown_figure(analysis))
+    text += f"\n![decode breakdown]({plot})\n"
     return text
 
 
@@ -123,7 +124,7 @@ def imbalance_text(analysis: Breakdown) -> str:
              + " (a rank that waits longer inside the collective shows a larger share).\n")
 
 
-def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
+def breakdown_figure(analysis: Breakdown):  # noqa: ANN201 - a matplotlib Figure
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,7 +145,4 @@ def plot_breakdown(analysis: Breakdown, folder: Path) -> str:
     ax.set(yticks=range(len(analysis.ranks)), yticklabels=[f"rank {r.rank}" for r in analysis.ranks],
            xlabel="ms a decode step", title="Decode-step device time by category")
     ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.45))
-    fig.tight_layout()
-    fig.savefig(folder / "breakdown.png", dpi=100)
-    plt.close(fig)
-    return "breakdown.png"
+    return fig

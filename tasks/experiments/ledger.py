@@ -76,6 +76,12 @@ def load_ledger(path: Path) -> Ledger:
         raise InputError(f"{path}: cannot be read ({err.strerror})") from None
 
 
+def new_records(path: Path, records: list[LedgerRecord]) -> list[LedgerRecord]:
+    """The records not already in the ledger (by id)."""
+    known = {record.id for record in load_ledger(path).records}
+    return [record for record in records if record.id not in known]
+
+
 def append(path: Path, records: list[LedgerRecord]) -> int:
     """Add the records not already in the ledger (by id); returns how many were new."""
     ledger = load_ledger(path)

@@ -8,7 +8,7 @@ from orchestrator.report import md_table
 from orchestrator.schema import Status
 from tasks.experiments import experiments_run
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, append, load_ledger
+from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, load_ledger, new_records
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.verify import Verification, verify
 from tasks.host.results import HOST_FACTS
@@ -139,7 +139,9 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
             concurrency=record.concurrency, predicted_ms=v.predicted_ms, realised_ms=v.realised.delta_ms,
             realised_low_ms=v.realised.low_ms, realised_high_ms=v.realised.high_ms, calibrated_ms=v.calibrated_ms,
             still_assumed=v.still_assumed, recorded_at=datetime.now(UTC).isoformat()))
-    return append(findings.session.reports_dir / LEDGER_NAME, records) if records else 0
+    new = new_records(findings.session.reports_dir / LEDGER_NAME, records) if records else []
+    findings.outputs.ledger.extend(new)  # appended by the document's writer (tasks/findings.py)
+    return len(new)
 
 
 def ledger_history(findings: Findings, option: str) -> str:

@@ -195,8 +195,6 @@ def _plot(findings: Findings, name: str, points: list[Point], front: list[Point]
         ax.annotate(f"{label} predicted", (per_user, per_gpu), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set(xlabel="tokens/s a user (1000 / TPOT)", ylabel="tokens/s a GPU", title=f"Grid {name}: measured points")
     ax.legend(fontsize=7)
-    fig.tight_layout()
     stem = f"pareto_{name}"
-    fig.savefig(findings.folder / f"{stem}.png", dpi=100)
-    plt.close(fig)
+    findings.attach_figure(stem, fig)
     return stem

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from tasks.macro.metrics import DEFINITIONS, goodput
 from tasks.macro.noise import ranges_overlap
@@ -201,8 +200,7 @@ def write_csv(runs: list[tuple[str, LevelSummary]], findings: Findings) -> str:
                          *(getattr(getattr(level, m), p) for m, p in metrics),
                          tpot.low if tpot else None, tpot.high if tpot else None,
                          tpot.spread_pct if tpot else None, level.stalls.count])
-    write_atomic(findings.folder / "serving.csv", out.getvalue().encode(), shared=True)
-    return "serving.csv"
+    return findings.attach("serving.csv", out.getvalue().encode())
 
 
 def noise_cell(level: LevelSummary) -> str:
@@ -264,9 +262,7 @@ def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
         return fig, ax
 
     def save(fig, name: str) -> str:  # noqa: ANN001
-        fig.tight_layout()
-        fig.savefig(findings.folder / f"{name}.png", dpi=100)
-        plt.close(fig)
+        findings.attach_figure(name, fig)
         return name
 
     def value(v: float | None) -> float:

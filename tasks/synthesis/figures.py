@@ -69,6 +69,14 @@ class KeyFigures:
 
 
 def key_figures(findings: Findings) -> KeyFigures:
+    """The figures every section and the decision record read, computed once a view (a findings
+    document asked for them four times, each validating every stored result again)."""
+    if "key_figures" not in findings.cache:
+        findings.cache["key_figures"] = _key_figures(findings)
+    return findings.cache["key_figures"]
+
+
+def _key_figures(findings: Findings) -> KeyFigures:
     breakdown = findings.result(ANALYSIS_BREAKDOWN)
     single = findings.result(MACRO_SINGLE)
     sweep = findings.result(MACRO_SWEEP)

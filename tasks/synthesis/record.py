@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.atomic import write_atomic
 from orchestrator.report import md_table
 from orchestrator.results import stale_reason
 from orchestrator.schema import Status
@@ -66,12 +65,12 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
 
 
 def baseline_section(figures: KeyFigures, findings: Findings, record: list[Option]) -> str:
-    """Writes baseline.json (this campaign's figures with their noise, and the decision record's
+    """Gives baseline.json (this campaign's figures with their noise, and the decision record's
     predictions) and, with `campaign.baseline` set, compares this campaign against that one."""
     campaign = findings.session.config.campaign
     mine = snapshot(figures, findings.state.campaign, str(findings.session.state_path.absolute()),
                     {o.id: o.gain_ms for o in record}, campaign.applied_option)
-    write_atomic(findings.folder / "baseline.json", mine.model_dump_json(indent=1).encode(), shared=True)
+    findings.attach("baseline.json", mine.model_dump_json(indent=1).encode())
     text = ("## Baseline\n\nThis campaign's figures with their noise, for a later campaign to compare against:"
             " [baseline.json](baseline.json) (`orchestrate compare A B` takes it, or the todo file).\n")
     if campaign.baseline:
