@@ -39,6 +39,11 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+TINY_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+"""A tiny Llama's config.json (a fake server's model folder needs only this)."""
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """Run the real `orchestrate` CLI as a user would, in its own process."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

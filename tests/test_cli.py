@@ -27,6 +27,7 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.heavy
 def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp_path: Path) -> None:
     # Each task appends its id to runs.log when it starts its real work, then sleeps a bit,
     # so kills land before, inside and after tasks, and during state writes.
@@ -200,6 +201,7 @@ def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> N
     assert all(t.status == "completed" for t in load_state(state_path).todos)
 
 
+@pytest.mark.heavy
 def test_three_kills_inside_one_task_need_no_reset(tmp_path: Path) -> None:
     write_command_campaign(tmp_path, [("long", "sleep 3", []), ("after", "true", ["long"])], max_attempts=3)
     state_path = tmp_path / "state" / "todo.json"
@@ -256,6 +258,7 @@ def test_global_options_work_after_the_subcommand_and_version_is_printed(tmp_pat
     assert "--config" in run_cli(["resume", "--help"], tmp_path).stdout
 
 
+@pytest.mark.heavy
 def test_check_passes_on_the_default_and_names_each_problem_of_a_broken_config(tmp_path: Path) -> None:
     """`orchestrate check`: real host probe (this machine's python, torch, vLLM, disk, port).
     The embedded default passes (on a port the suite's own servers do not use); a missing
@@ -290,6 +293,7 @@ def test_check_passes_on_the_default_and_names_each_problem_of_a_broken_config(t
     assert sorted(p.name for p in (tmp_path / "bad").iterdir()) == ["campaign.toml"] and "Traceback" not in bad.stderr
 
 
+@pytest.mark.heavy
 def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp_path: Path) -> None:
     """`orchestrate stop` after a controller died with the server up: the server's process group
     (here a stand-in for vLLM's tree: a leader that already exited and two workers it left, as

@@ -236,6 +236,7 @@ def pace_campaign(folder: Path, model: Path, experiments: str, pace_ms: float = 
     return folder / "state" / "todo.json"
 
 
+@pytest.mark.heavy
 def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Path, tiny_model: Path) -> None:
     state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
         [[experiments]]
@@ -257,6 +258,7 @@ def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Pa
     assert "| faster | --pace-ms 6 |" in findings
 
 
+@pytest.mark.heavy
 def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: Path, tiny_model: Path) -> None:
     state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
         [[experiments]]
@@ -288,6 +290,7 @@ def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: P
     assert "| faster |" in findings
 
 
+@pytest.mark.heavy
 def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path, tiny_model: Path) -> None:
     import signal
     import subprocess
@@ -330,6 +333,7 @@ def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path
     assert state["service_ready"].attempts == 1 and state["macro_sweep"].attempts == 1
 
 
+@pytest.mark.heavy
 def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
         tmp_path: Path, tiny_model: Path) -> None:
     """Two points of the known-pace fake (its `--pace-ms` flag, swept as a vLLM flag would be):
@@ -366,6 +370,7 @@ def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
     ('name = "g"\ngrid = { max_num_seqs = [] }\n', "at least one value"),
     ('name = "g"\n', "experiments.0.option': missing"),
 ])
+@pytest.mark.heavy
 def test_a_bad_grid_is_one_line_exit_2(tmp_path: Path, table: str, message: str) -> None:
     (tmp_path / "campaign.toml").write_text("[[experiments]]\n" + table)
     result = run_cli(["init"], tmp_path, timeout=60)

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.heavy
 def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
     shapes = [{"name": f"{dtype} layer", "m": 4, "k": 256, "n": 384, "dtype": dtype}
               for dtype in ("bf16", "w4a16", "fp8")]
@@ -39,6 +42,7 @@ def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
     assert rows["bf16"]["bytes_moved"] == 4 * 256 * 2 + 256 * 384 * 2 + 4 * 384 * 2
 
 
+@pytest.mark.heavy
 def test_fused_moe_rows_are_checked_and_cpu_rows_carry_the_ops_own_time(tmp_path: Path) -> None:
     """A MoE layer's routed experts (random routing, E experts, top-k): on CPU the torch fallback
     is named, checked against the per-token reference and timed; int4 experts need vLLM's CUDA

@@ -30,6 +30,7 @@ def server_truth(port: int) -> list[dict]:
     return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("concurrency, endpoint", [(1, "completions"), (16, "completions"), (4, "chat")])
 def test_client_timing_matches_a_known_pace(pace_server, concurrency: int, endpoint: str) -> None:
     port = pace_server(ttft_ms=40, pace_ms=10)
@@ -153,6 +154,7 @@ def test_sharegpt_requests_ask_for_their_replys_length_within_the_limits(pace_se
     assert summarize(run)["output_tokens"] == sum(r["tokens"] for r in seen)
 
 
+@pytest.mark.heavy
 def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: Path) -> None:
     """Wired as a campaign wires it (tasks/host_json.py): the script beside host_progress.py, its
     stderr read a line at a time by the host transport, the progress lines parsed on our side.

@@ -208,6 +208,7 @@ def test_capture_reads_the_rank_of_a_trace_named_in_a_new_way(tmp_path: Path) ->
     assert found == {0: "worker_a.7.pt.trace.json.gz", 1: "worker_b.7.pt.trace.json.gz"}
 
 
+@pytest.mark.heavy
 def test_capture_fails_soon_listing_what_it_found_when_a_rank_writes_nothing(tmp_path: Path) -> None:
     import time
 

@@ -107,6 +107,7 @@ def _assembled(tree: Path, out: Path) -> str:
     return json.loads(done.stdout)
 
 
+@pytest.mark.heavy
 def test_renaming_a_task_id_in_its_results_module_changes_nothing_else(tmp_path: Path) -> None:
     copy = tmp_path / "tree"
     for folder in ("orchestrate", "orchestrator", "tasks", "tests"):

@@ -186,6 +186,7 @@ def test_progress_of_a_task_shows_as_throttled_plain_lines_off_a_terminal(tmp_pa
     assert len(lines) == 2  # the one-update step of "traces written" was too short for a line
 
 
+@pytest.mark.heavy
 def test_a_torchrun_whose_rank_died_from_a_signal_runs_once_more(tmp_path: Path) -> None:
     """An injected fault, under a real torchrun: rank 0 aborts (SIGABRT, as seen once in CI in
     the all-reduce bench) on the first run only; the policy runs it again, and says so. A rank

@@ -84,6 +84,7 @@ def test_connection_killed_mid_command_is_reported_as_lost(ssh_host: SSHHost, ss
     assert ssh_host.run("echo back").stdout == "back\n"
 
 
+@pytest.mark.heavy
 def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd, capsys: pytest.CaptureFixture) -> None:
     assert ssh_host.run("echo up").stdout == "up\n"
     sshd.stop()
@@ -143,6 +144,7 @@ def test_proxyjump_through_a_bastion(sshd, tmp_path: Path) -> None:
     host.close()
 
 
+@pytest.mark.heavy
 def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -236,6 +238,7 @@ def streamed_lines(host, command: str) -> tuple[list[tuple[str, float]], float, 
     return seen, time.monotonic() - started, result.stderr
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("transport", ["ssh", "local"])
 def test_stderr_lines_arrive_while_the_command_runs(transport: str, ssh_host: SSHHost) -> None:
     """Live progress rests on this: a line is seen when written, not when the command ends.

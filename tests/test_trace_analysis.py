@@ -191,6 +191,7 @@ def direct_vllm_count(path: Path) -> dict:
     return {"steps": len(spans), "calls": calls, "share": {c: v / total * 100 for c, v in us.items()}}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("path", VLLM_GPU_TRACES, ids=[p.name.split(".")[0] for p in VLLM_GPU_TRACES])
 def test_real_vllm_cuda_trace_matches_a_direct_count(path: Path) -> None:
     """Real vLLM 0.26 traces from the H200 campaigns (CUDA graphs, FA3; the Kimi-K2-shaped one

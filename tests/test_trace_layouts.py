@@ -61,6 +61,7 @@ def _reference(document: dict) -> Columns:
     return columns
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("source", REAL_TRACES, ids=lambda p: p.name.split(".")[0])
 def test_every_layout_gives_what_a_plain_parser_gives(tmp_path: Path, source: Path, monkeypatch) -> None:
     document = json.loads(gzip.decompress(source.read_bytes()))
@@ -149,6 +150,7 @@ def _subset(stored: object, now: object) -> bool:
     return stored == now
 
 
+@pytest.mark.heavy
 def test_analyze_gives_exactly_the_campaigns_breakdown(tmp_path: Path) -> None:
     """The default campaign's two traces (and its todo file, both from the same real run)."""
     todo = json.loads((DATA / "default_campaign_todo.json").read_text())
@@ -179,6 +181,7 @@ def test_a_file_that_is_not_a_trace_is_one_line(tmp_path: Path) -> None:
     assert re.search(r"Traceback", result.stderr) is None
 
 
+@pytest.mark.heavy
 def test_a_real_torch_profiler_trace_with_profiler_steps(tmp_path: Path) -> None:
     """A real trace from torch.profiler on this CPU: 3 recorded steps of 4 matmuls each, marked
     by `prof.step()` (ProfilerStep#N), as a training loop or SGLang's scheduler writes them."""
