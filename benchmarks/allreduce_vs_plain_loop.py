@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAIN = r'''
+PLAIN = r"""
 import json, os, sys, time, statistics, torch, torch.distributed as dist
 cuda = torch.cuda.is_available()
 dist.init_process_group("nccl" if cuda else "gloo")
@@ -39,13 +39,25 @@ for size in map(int, sys.argv[1].split(",")):
     rows.append({"bytes": size, "latency_us": (time.perf_counter() - s) / 300 * 1e6})
 if int(os.environ["RANK"]) == 0: print(json.dumps(rows))
 dist.destroy_process_group()
-'''
+"""
 
 
 def torchrun(ranks: int, port: int, *argv: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-                          "--master-port", str(port), *argv], capture_output=True, text=True,
-                         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "NCCL_NVLS_ENABLE": "0"})
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(ranks),
+            "--master-port",
+            str(port),
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "NCCL_NVLS_ENABLE": "0"},
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith(("{", "["))]
     if not lines:
         raise SystemExit(out.stderr[-3000:])
@@ -62,8 +74,17 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(PLAIN)
     for attempt in range(args.rounds):
-        ours = json.loads(torchrun(args.ranks, 29600 + attempt, str(ROOT / "tasks/allreduce/remote/allreduce_bench.py"),
-                                   "--sizes", args.sizes, "--iterations", "50"))
+        ours = json.loads(
+            torchrun(
+                args.ranks,
+                29600 + attempt,
+                str(ROOT / "tasks/allreduce/remote/allreduce_bench.py"),
+                "--sizes",
+                args.sizes,
+                "--iterations",
+                "50",
+            )
+        )
         ours_runs.append({r["bytes"]: r["latency_us"] for r in ours["rows"]})
         plain = json.loads(torchrun(args.ranks, 29700 + attempt, handle.name, args.sizes))
         plain_runs.append({r["bytes"]: r["latency_us"] for r in plain})
@@ -71,8 +92,10 @@ def main() -> None:
         control_runs.append({r["bytes"]: r["latency_us"] for r in control})
     backend = ours["backend"]
     print(f"{backend}, {args.ranks} ranks; {args.rounds} alternating rounds")
-    print(f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'diff % a round (min..max)':>27}"
-          f" {'control: plain vs plain %':>26} {'ours busbw GB/s':>16} {'plain busbw':>12}")
+    print(
+        f"{'bytes':>9} {'ours us':>9} {'plain loop us':>14} {'diff %':>7} {'diff % a round (min..max)':>27}"
+        f" {'control: plain vs plain %':>26} {'ours busbw GB/s':>16} {'plain busbw':>12}"
+    )
     factor = 2 * (args.ranks - 1) / args.ranks
     for size in map(int, args.sizes.split(",")):
         a = statistics.median(r[size] for r in ours_runs)
@@ -81,8 +104,10 @@ def main() -> None:
         noise = sorted((c[size] - p[size]) / p[size] * 100 for c, p in zip(control_runs, plain_runs, strict=True))
         spread = f"{diffs[0]:.1f}..{diffs[-1]:.1f}"
         control = f"{statistics.median(noise):.1f} ({noise[0]:.1f}..{noise[-1]:.1f})"
-        print(f"{size:>9} {a:9.1f} {b:14.1f} {statistics.median(diffs):7.1f} {spread:>27} {control:>26}"
-              f" {size / a / 1e3 * factor:16.3f} {size / b / 1e3 * factor:12.3f}")
+        print(
+            f"{size:>9} {a:9.1f} {b:14.1f} {statistics.median(diffs):7.1f} {spread:>27} {control:>26}"
+            f" {size / a / 1e3 * factor:16.3f} {size / b / 1e3 * factor:12.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,10 @@ def call_us(fns, a, reps=2000) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     flush = torch.empty(64 << 20, dtype=torch.uint8)
-    print(f"{'layer (K x N)':36} {'call us':>8} {'op us':>7} {'op, core shared':>15}"
-          f" {'1 MiB':>6} {'4 MiB':>6} {'16 MiB':>7} {'cold':>6}")
+    print(
+        f"{'layer (K x N)':36} {'call us':>8} {'op us':>7} {'op, core shared':>15}"
+        f" {'1 MiB':>6} {'4 MiB':>6} {'16 MiB':>7} {'cold':>6}"
+    )
     for k, n, name in SHAPES:
         a = torch.randn(1, k, dtype=torch.bfloat16)
         sets = {}
@@ -69,8 +71,10 @@ def main() -> None:
         finally:
             spinner.kill()
         cold = op_p50(fns[:4], a, 10, between=lambda: flush.add_(1))
-        print(f"{name + f' ({k} x {n})':36} {call:8.1f} {alone:7.1f} {shared:15.1f}"
-              f" {sets[1][1]:6.1f} {sets[4][1]:6.1f} {sets[16][1]:7.1f} {cold:6.1f}")
+        print(
+            f"{name + f' ({k} x {n})':36} {call:8.1f} {alone:7.1f} {shared:15.1f}"
+            f" {sets[1][1]:6.1f} {sets[4][1]:6.1f} {sets[16][1]:7.1f} {cold:6.1f}"
+        )
 
 
 if __name__ == "__main__":

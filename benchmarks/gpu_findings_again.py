@@ -39,7 +39,7 @@ def main() -> None:
     for name in capture["files"]:
         shutil.copy(unpacked / name, traces / name)
     script = (ROOT / "benchmarks" / "gpu_campaign.sh").read_text()
-    config = script[script.index("[campaign]"): script.index("TOML\n", script.index("[campaign]"))]
+    config = script[script.index("[campaign]") : script.index("TOML\n", script.index("[campaign]"))]
     config = config.replace("$shape", shape).replace("$model", f"/tmp/gw/models/{shape}")
     (work / "campaign.toml").write_text(config)
     subprocess.run([sys.executable, "-m", "orchestrate", "resume"], cwd=work, check=True)

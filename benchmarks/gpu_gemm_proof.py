@@ -44,16 +44,31 @@ def main() -> None:
     derived = derive_shapes(config, tp, [1, 8, 32, 128], f"{model}.json")
     shapes = [row for row in derived["shapes"] if row["name"] != "moe_gate"]
     if derived["weight_dtype"] == "w4a16":
-        shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
-                   for row in shapes if row["dtype"] == "bf16"]
+        shapes += [
+            {**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"} for row in shapes if row["dtype"] == "bf16"
+        ]
     fp8_block = derived["group_size"] if derived["weight_dtype"] == "fp8" else 128
     int4_group = derived["group_size"] if derived["weight_dtype"] == "w4a16" else 128
     shapes_path = out.with_suffix(".shapes.json")
     shapes_path.write_text(json.dumps(shapes))
-    result = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(shapes_path),
-                             "--repeats", "20", "--group-size", str(int4_group),
-                             "--fp8-block", str(fp8_block), "--w4a16-kernel", kernel,
-                             "--compare-do-bench"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tasks/gemm/remote/gemm_bench.py"),
+            str(shapes_path),
+            "--repeats",
+            "20",
+            "--group-size",
+            str(int4_group),
+            "--fp8-block",
+            str(fp8_block),
+            "--w4a16-kernel",
+            kernel,
+            "--compare-do-bench",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode:
         print(result.stderr[-3000:])
         sys.exit(1)
@@ -63,28 +78,39 @@ def main() -> None:
 
 
 def report(document: dict) -> None:
-    print(f"device {document['info']['device_name']}, torch {document['info']['torch']},"
-          f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s")
-    print(f"{'layer':30} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'graph us':>8} {'dbcg us':>8} {'diff%':>6}"
-          f" {'eager us':>8} {'db us':>8} {'diff%':>6} {'GB/s':>6} {'%copy':>6}  kernel")
+    print(
+        f"device {document['info']['device_name']}, torch {document['info']['torch']},"
+        f" copy ceiling {document['copy_ceiling_gbps']:.0f} GB/s"
+    )
+    print(
+        f"{'layer':30} {'M':>4} {'K':>6} {'N':>6} {'dtype':6} {'graph us':>8} {'dbcg us':>8} {'diff%':>6}"
+        f" {'eager us':>8} {'db us':>8} {'diff%':>6} {'GB/s':>6} {'%copy':>6}  kernel"
+    )
     diffs_graph, diffs_eager = [], []
     for row in document["rows"]:
         if "us" not in row:
-            print(f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} skipped: {row.get('skipped')}")
+            print(
+                f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} skipped: {row.get('skipped')}"
+            )
             continue
         graph_ref, eager_ref = row.get("do_bench_cudagraph_us"), row.get("do_bench_us")
         d_graph = (row["us"] - graph_ref) / graph_ref * 100 if graph_ref else float("nan")
         d_eager = (row["eager_us"] - eager_ref) / eager_ref * 100 if eager_ref else float("nan")
         diffs_graph.append(abs(d_graph))
         diffs_eager.append(abs(d_eager))
-        print(f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
-              f" {graph_ref or float('nan'):8.1f} {d_graph:6.1f} {row['eager_us']:8.1f} {eager_ref:8.1f}"
-              f" {d_eager:6.1f} {row['gbps']:6.0f} {row['pct_of_copy_ceiling']:6.1f}  {row['kernel'][:40]}")
+        print(
+            f"{row['name'][:30]:30} {row['m']:>4} {row['k']:>6} {row['n']:>6} {row['dtype']:6} {row['us']:8.1f}"
+            f" {graph_ref or float('nan'):8.1f} {d_graph:6.1f} {row['eager_us']:8.1f} {eager_ref:8.1f}"
+            f" {d_eager:6.1f} {row['gbps']:6.0f} {row['pct_of_copy_ceiling']:6.1f}  {row['kernel'][:40]}"
+        )
     import statistics
-    print(f"median |diff| vs do_bench_cudagraph: {statistics.median(diffs_graph):.1f}%;"
-          f" vs do_bench (eager): {statistics.median(diffs_eager):.1f}%;"
-          f" rows within 5%: {sum(d <= 5 for d in diffs_graph)}/{len(diffs_graph)} (graph),"
-          f" {sum(d <= 5 for d in diffs_eager)}/{len(diffs_eager)} (eager)")
+
+    print(
+        f"median |diff| vs do_bench_cudagraph: {statistics.median(diffs_graph):.1f}%;"
+        f" vs do_bench (eager): {statistics.median(diffs_eager):.1f}%;"
+        f" rows within 5%: {sum(d <= 5 for d in diffs_graph)}/{len(diffs_graph)} (graph),"
+        f" {sum(d <= 5 for d in diffs_eager)}/{len(diffs_eager)} (eager)"
+    )
 
 
 if __name__ == "__main__":

@@ -19,15 +19,26 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = ("vllm.entrypoints", "torch.distributed.run", "allreduce_bench.py", "loadgen.py", "gemm_bench.py",
-        "orchestrate resume")
+OURS = (
+    "vllm.entrypoints",
+    "torch.distributed.run",
+    "allreduce_bench.py",
+    "loadgen.py",
+    "gemm_bench.py",
+    "orchestrate resume",
+)
 
 
 def our_processes(folder: Path) -> list[str]:
     table = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
-    return [line.strip() for line in table.splitlines()
-            if any(mark in line for mark in OURS) and " Z" not in line[:12] and "kill_loop" not in line
-            and (str(folder) in line or "vllm.entrypoints" in line or "torch.distributed.run" in line)]
+    return [
+        line.strip()
+        for line in table.splitlines()
+        if any(mark in line for mark in OURS)
+        and " Z" not in line[:12]
+        and "kill_loop" not in line
+        and (str(folder) in line or "vllm.entrypoints" in line or "torch.distributed.run" in line)
+    ]
 
 
 def main() -> None:
@@ -51,8 +62,9 @@ def main() -> None:
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
-        check = subprocess.run([sys.executable, "-m", "orchestrate", "status"], cwd=args.dir,
-                               capture_output=True, text=True)
+        check = subprocess.run(
+            [sys.executable, "-m", "orchestrate", "status"], cwd=args.dir, capture_output=True, text=True
+        )
         if check.returncode not in (0,) and "no state yet" not in check.stderr:
             corrupt += 1
             print(f"kill {kills}: state does not load: {check.stderr.strip()}")

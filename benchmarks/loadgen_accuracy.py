@@ -68,21 +68,66 @@ def server_tpot_ms(port: int, before: tuple[float, float], requests: int) -> flo
 
 
 def ours(port: int, model: Path, concurrency: int, requests: int) -> tuple[float, float, int]:
-    out = subprocess.run([sys.executable, str(ROOT / "tasks/macro/remote/loadgen.py"), "--port", str(port), "--model",
-                          str(model), "--concurrency", str(concurrency), "--requests", str(requests),
-                          "--input-tokens", str(TOKENS), "--output-tokens", str(TOKENS), "--warmup", "0",
-                          "--vocab", "512"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tasks/macro/remote/loadgen.py"),
+            "--port",
+            str(port),
+            "--model",
+            str(model),
+            "--concurrency",
+            str(concurrency),
+            "--requests",
+            str(requests),
+            "--input-tokens",
+            str(TOKENS),
+            "--output-tokens",
+            str(TOKENS),
+            "--warmup",
+            "0",
+            "--vocab",
+            "512",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     summary = summarize(json.loads(out))
     return summary["tpot_ms"]["mean"], summary["server"]["tpot_ms"]["server_mean_ms"], summary["stalls"]["count"]
 
 
 def reference(port: int, model: Path, concurrency: int, requests: int) -> tuple[float, float]:
     before = scrape_tpot(port)
-    out = subprocess.run([sys.executable, "-c", VLLM_BENCH, "--backend", "vllm", "--base-url",
-                          f"http://127.0.0.1:{port}", "--model", str(model), "--dataset-name", "random",
-                          "--random-input-len", str(TOKENS), "--random-output-len", str(TOKENS), "--ignore-eos",
-                          "--temperature", "0", "--num-prompts", str(requests), "--max-concurrency", str(concurrency),
-                          "--disable-tqdm"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            VLLM_BENCH,
+            "--backend",
+            "vllm",
+            "--base-url",
+            f"http://127.0.0.1:{port}",
+            "--model",
+            str(model),
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            str(TOKENS),
+            "--random-output-len",
+            str(TOKENS),
+            "--ignore-eos",
+            "--temperature",
+            "0",
+            "--num-prompts",
+            str(requests),
+            "--max-concurrency",
+            str(concurrency),
+            "--disable-tqdm",
+        ],
+        capture_output=True,
+        text=True,
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
     if not lines:
         raise SystemExit(f"vllm bench serve failed:\n{out.stderr[-3000:]}")
@@ -92,15 +137,35 @@ def reference(port: int, model: Path, concurrency: int, requests: int) -> tuple[
 
 def vllm_side_by_side(model: Path, rounds: int) -> None:
     if not (model / ".complete").exists():
-        subprocess.run([sys.executable, str(ROOT / "tasks/model/remote/make_tiny_model.py"), str(model)], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, str(ROOT / "tasks/model/remote/make_tiny_model.py"), str(model)],
+            check=True,
+            capture_output=True,
+        )
     port = free_port()
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0|1"}
     log = open(ROOT / "state" / "loadgen_accuracy_server.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                               "--dtype", "bfloat16", "--port", str(port), "--tensor-parallel-size", "2",
-                               "--max-model-len", "1024"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                              process_group=0)  # not a new session: see Host.start_detached
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--dtype",
+            "bfloat16",
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            "2",
+            "--max-model-len",
+            "1024",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        process_group=0,
+    )  # not a new session: see Host.start_detached
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -112,10 +177,14 @@ def vllm_side_by_side(model: Path, rounds: int) -> None:
                     raise SystemExit(f"vLLM did not start; see {log.name}") from None
                 time.sleep(1)
         ours(port, model, 1, 4)  # warm both paths once
-        print(f"\nreal vllm-cpu TP=2, {TOKENS} in / {TOKENS} out, {rounds} alternating runs a level (medians);"
-              " client mean TPOT against the /metrics delta over the same run")
-        print(f"{'c':>3} {'ours ms':>8} {'server':>8} {'ours-srv %':>11} {'stalls':>7}"
-              f" {'vllm bench ms':>14} {'server':>8} {'bench-srv %':>12}")
+        print(
+            f"\nreal vllm-cpu TP=2, {TOKENS} in / {TOKENS} out, {rounds} alternating runs a level (medians);"
+            " client mean TPOT against the /metrics delta over the same run"
+        )
+        print(
+            f"{'c':>3} {'ours ms':>8} {'server':>8} {'ours-srv %':>11} {'stalls':>7}"
+            f" {'vllm bench ms':>14} {'server':>8} {'bench-srv %':>12}"
+        )
         for concurrency in (1, 4, 8):
             requests = max(16, 4 * concurrency)
             mine, theirs = [], []
@@ -123,10 +192,12 @@ def vllm_side_by_side(model: Path, rounds: int) -> None:
                 mine.append(ours(port, model, concurrency, requests))
                 theirs.append(reference(port, model, concurrency, requests))
             med = statistics.median
-            print(f"{concurrency:>3} {med(m[0] for m in mine):8.3f} {med(m[1] for m in mine):8.3f}"
-                  f" {med((m[0] - m[1]) / m[1] * 100 for m in mine):11.3f} {sum(m[2] for m in mine):>7}"
-                  f" {med(t[0] for t in theirs):14.3f} {med(t[1] for t in theirs):8.3f}"
-                  f" {med((t[0] - t[1]) / t[1] * 100 for t in theirs):12.3f}")
+            print(
+                f"{concurrency:>3} {med(m[0] for m in mine):8.3f} {med(m[1] for m in mine):8.3f}"
+                f" {med((m[0] - m[1]) / m[1] * 100 for m in mine):11.3f} {sum(m[2] for m in mine):>7}"
+                f" {med(t[0] for t in theirs):14.3f} {med(t[1] for t in theirs):8.3f}"
+                f" {med((t[0] - t[1]) / t[1] * 100 for t in theirs):12.3f}"
+            )
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
@@ -134,16 +205,38 @@ def vllm_side_by_side(model: Path, rounds: int) -> None:
 
 def one_level(concurrency: int, pace_ms: float, tokens: int) -> tuple[float, float]:
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "pace_server.py"), str(port), "30",
-                               str(pace_ms)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "pace_server.py"), str(port), "30", str(pace_ms)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         server.stdout.readline()
-        out = subprocess.run([sys.executable, str(ROOT / "tasks" / "macro" / "remote" / "loadgen.py"), "--port", str(port),
-                              "--model", "m", "--concurrency", str(concurrency), "--requests",
-                              str(max(2 * concurrency, 8)), "--output-tokens", str(tokens), "--warmup", "0"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "tasks" / "macro" / "remote" / "loadgen.py"),
+                "--port",
+                str(port),
+                "--model",
+                "m",
+                "--concurrency",
+                str(concurrency),
+                "--requests",
+                str(max(2 * concurrency, 8)),
+                "--output-tokens",
+                str(tokens),
+                "--warmup",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         client = summarize(json.loads(out))["tpot_ms"]["mean"]
-        truth = [r["tpot_s"] * 1000 for r in json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())]
+        truth = [
+            r["tpot_s"] * 1000 for r in json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats").read())
+        ]
         return client, sum(truth) / len(truth)
     finally:
         server.kill()
@@ -165,8 +258,10 @@ def main() -> None:
         errors = [(c - t) / t * 100 for c, t in runs]
         client = statistics.median(c for c, _ in runs)
         truth = statistics.median(t for _, t in runs)
-        print(f"{concurrency:>4} {client:15.3f} {truth:16.3f} {statistics.median(errors):8.3f}"
-              f" {(client - args.pace_ms) / args.pace_ms * 100:13.3f}")
+        print(
+            f"{concurrency:>4} {client:15.3f} {truth:16.3f} {statistics.median(errors):8.3f}"
+            f" {(client - args.pace_ms) / args.pace_ms * 100:13.3f}"
+        )
     if not args.skip_vllm:
         vllm_side_by_side(args.model, args.rounds)
 

@@ -26,9 +26,15 @@ def main() -> None:
     torch.manual_seed(0)
     dev = "cuda"
     hidden, inter, heads, head_dim, vocab, layers, batch = 1024, 2048, 8, 128, 8192, 2, 8
-    w = {name: torch.randn(shape, device=dev, dtype=torch.bfloat16) * 0.02 for name, shape in {
-        "qkv": (3 * heads * head_dim, hidden), "o": (hidden, heads * head_dim),
-        "gate_up": (2 * inter, hidden), "lm_head": (vocab, hidden)}.items()}
+    w = {
+        name: torch.randn(shape, device=dev, dtype=torch.bfloat16) * 0.02
+        for name, shape in {
+            "qkv": (3 * heads * head_dim, hidden),
+            "o": (hidden, heads * head_dim),
+            "gate_up": (2 * inter, hidden),
+            "lm_head": (vocab, hidden),
+        }.items()
+    }
     q4 = torch.randint(0, 16, (hidden, inter), device=dev, dtype=torch.int32)
     packed = torch.ops.aten._convert_weight_to_int4pack((q4[:, ::2] << 4 | q4[:, 1::2]).to(torch.uint8), 8)
     scales = torch.ones(inter // 128, hidden, 2, device=dev, dtype=torch.bfloat16)
@@ -40,8 +46,10 @@ def main() -> None:
             for _ in range(layers):
                 h = torch.nn.functional.rms_norm(x, (hidden,))
                 qkv = torch.nn.functional.linear(h, w["qkv"])
-                q = qkv[:, : heads * head_dim].reshape(tokens, heads, 1, head_dim)[: batch]
-                attn = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 0), kv[: q.shape[0]], kv[: q.shape[0]])
+                q = qkv[:, : heads * head_dim].reshape(tokens, heads, 1, head_dim)[:batch]
+                attn = torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(0, 0), kv[: q.shape[0]], kv[: q.shape[0]]
+                )
                 o = torch.nn.functional.linear(attn.reshape(q.shape[0], -1), w["o"])
                 dist.all_reduce(o)
                 x = x[: o.shape[0]] + o

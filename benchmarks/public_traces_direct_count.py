@@ -25,29 +25,66 @@ from pathlib import Path
 
 # Substring (lower case) -> category, first match wins: written by reading the traces' names.
 FAMILIES = [
-    ("triton_poi", "norm_elementwise"), ("triton_red", "norm_elementwise"),
-    ("dpsk::ep::", "communication"), ("deep_ep", "communication"), ("nccl", "communication"),
+    ("triton_poi", "norm_elementwise"),
+    ("triton_red", "norm_elementwise"),
+    ("dpsk::ep::", "communication"),
+    ("deep_ep", "communication"),
+    ("nccl", "communication"),
     ("multimem_all_reduce", "communication"),
-    ("rms_norm", "norm_elementwise"), ("rmsnorm", "norm_elementwise"), ("layer_norm", "norm_elementwise"),
-    ("moe::dev::routing", "moe_routing"), ("_combined_routing", "moe_routing"), ("_sum_bitmatrix", "moe_routing"),
-    ("_topk_forward", "moe_routing"), ("topk_sum_and_topk_idx", "moe_routing"),
-    ("bmm_", "moe"), ("_matmul_ogs_", "moe"), ("_finalize_matmul_scatter", "moe"), ("moe::dev::finalize", "moe"),
-    ("m_grouped_", "moe"), ("expand_to_fused", "moe"), ("reduce_fused", "moe"), ("get_fused_mapping", "moe"),
+    ("rms_norm", "norm_elementwise"),
+    ("rmsnorm", "norm_elementwise"),
+    ("layer_norm", "norm_elementwise"),
+    ("moe::dev::routing", "moe_routing"),
+    ("_combined_routing", "moe_routing"),
+    ("_sum_bitmatrix", "moe_routing"),
+    ("_topk_forward", "moe_routing"),
+    ("topk_sum_and_topk_idx", "moe_routing"),
+    ("bmm_", "moe"),
+    ("_matmul_ogs_", "moe"),
+    ("_finalize_matmul_scatter", "moe"),
+    ("moe::dev::finalize", "moe"),
+    ("m_grouped_", "moe"),
+    ("expand_to_fused", "moe"),
+    ("reduce_fused", "moe"),
+    ("get_fused_mapping", "moe"),
     ("clean_and_count_expert", "moe"),
-    ("quantize_with_block_size", "quantization"), ("scaled_fp8_quant", "quantization"),
-    ("per_token_cast", "quantization"), ("per_channel_cast", "quantization"), ("cast_back", "quantization"),
-    ("flash", "attention"), ("fmha", "attention"), ("paged_attention", "attention"), ("unified_attention", "attention"),
-    ("reshape_and_cache", "attention"), ("store_kvcache", "attention"),
-    ("kv_indices", "step_prep"), ("page_indices", "step_prep"), ("position_kernel", "step_prep"),
+    ("quantize_with_block_size", "quantization"),
+    ("scaled_fp8_quant", "quantization"),
+    ("per_token_cast", "quantization"),
+    ("per_channel_cast", "quantization"),
+    ("cast_back", "quantization"),
+    ("flash", "attention"),
+    ("fmha", "attention"),
+    ("paged_attention", "attention"),
+    ("unified_attention", "attention"),
+    ("reshape_and_cache", "attention"),
+    ("store_kvcache", "attention"),
+    ("kv_indices", "step_prep"),
+    ("page_indices", "step_prep"),
+    ("position_kernel", "step_prep"),
     ("future_token_ids", "step_prep"),
-    ("nvjet", "gemm"), ("xmma_gemm", "gemm"), ("cijk_", "gemm"), ("igemm_", "gemm"), ("grouped_gemm", "gemm"),
+    ("nvjet", "gemm"),
+    ("xmma_gemm", "gemm"),
+    ("cijk_", "gemm"),
+    ("igemm_", "gemm"),
+    ("grouped_gemm", "gemm"),
     ("sgemm", "gemm"),
-    ("argmax", "sampling"), ("gathertopk", "sampling"),
-    ("memcpy", "memcpy"), ("memset", "memcpy"),
-    ("elementwise", "norm_elementwise"), ("rotary", "norm_elementwise"), ("act_and_mul", "norm_elementwise"),
-    ("swiglu", "norm_elementwise"), ("reduce_kernel", "norm_elementwise"), ("transpose", "norm_elementwise"),
-    ("catarray", "norm_elementwise"), ("gather", "norm_elementwise"), ("indexselect", "norm_elementwise"),
-    ("batch_norm", "norm_elementwise"), ("subtensorop", "norm_elementwise"), ("pool_", "norm_elementwise"),
+    ("argmax", "sampling"),
+    ("gathertopk", "sampling"),
+    ("memcpy", "memcpy"),
+    ("memset", "memcpy"),
+    ("elementwise", "norm_elementwise"),
+    ("rotary", "norm_elementwise"),
+    ("act_and_mul", "norm_elementwise"),
+    ("swiglu", "norm_elementwise"),
+    ("reduce_kernel", "norm_elementwise"),
+    ("transpose", "norm_elementwise"),
+    ("catarray", "norm_elementwise"),
+    ("gather", "norm_elementwise"),
+    ("indexselect", "norm_elementwise"),
+    ("batch_norm", "norm_elementwise"),
+    ("subtensorop", "norm_elementwise"),
+    ("pool_", "norm_elementwise"),
     ("reduce_segments", "norm_elementwise"),
 ]
 STEP = re.compile(r"execute_(\d+_)?context_|^step\[")
@@ -68,10 +105,19 @@ def direct(path: Path) -> dict[str, float]:
     if gpu_steps:
         chosen = [k for k in kernels if any(s["ts"] <= k["ts"] <= s["ts"] + s["dur"] for s in gpu_steps)]
     elif cpu_steps and not any(e.get("cat") == "gpu_user_annotation" for e in events):
-        launch = {e["args"]["correlation"]: e["ts"] for e in events
-                  if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
-        chosen = [k for k in kernels if any(s["ts"] <= launch.get(k.get("args", {}).get("correlation"), k["ts"])
-                                            <= s["ts"] + s["dur"] for s in cpu_steps)]
+        launch = {
+            e["args"]["correlation"]: e["ts"]
+            for e in events
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+        }
+        chosen = [
+            k
+            for k in kernels
+            if any(
+                s["ts"] <= launch.get(k.get("args", {}).get("correlation"), k["ts"]) <= s["ts"] + s["dur"]
+                for s in cpu_steps
+            )
+        ]
     else:
         chosen = kernels
     by = Counter()
@@ -82,8 +128,13 @@ def direct(path: Path) -> dict[str, float]:
 
 
 def analysed(path: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-m", "orchestrate", "analyze", str(path), "--json"],
-                         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-m", "orchestrate", "analyze", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     rank = json.loads(out.stdout)["ranks"][0]
     return {c: v["share_pct"] for c, v in rank["categories"].items()}
 

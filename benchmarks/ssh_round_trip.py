@@ -29,9 +29,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         server = start_sshd(Path(folder) / "sshd")
         try:
-            host = SSHHost(SSHTarget(alias="bench", hostname="127.0.0.1", port=server.port, user=server.user,
-                                     identity_files=[str(server.client_key)], known_hosts=str(server.known_hosts),
-                                     ssh_config=None))
+            host = SSHHost(
+                SSHTarget(
+                    alias="bench",
+                    hostname="127.0.0.1",
+                    port=server.port,
+                    user=server.user,
+                    identity_files=[str(server.client_key)],
+                    known_hosts=str(server.known_hosts),
+                    ssh_config=None,
+                )
+            )
             host.run("true")  # connect once
             reused = []
             for _ in range(args.n):
@@ -39,9 +47,24 @@ def main() -> None:
                 host.run("true")
                 reused.append((time.perf_counter() - started) * 1000)
             fresh = []
-            command = ["ssh", "-q", "-F", "/dev/null", "-p", str(server.port), "-i", str(server.client_key),
-                       "-o", f"UserKnownHostsFile={server.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                       "-o", "BatchMode=yes", f"{server.user}@127.0.0.1", "true"]
+            command = [
+                "ssh",
+                "-q",
+                "-F",
+                "/dev/null",
+                "-p",
+                str(server.port),
+                "-i",
+                str(server.client_key),
+                "-o",
+                f"UserKnownHostsFile={server.known_hosts}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                f"{server.user}@127.0.0.1",
+                "true",
+            ]
             for _ in range(args.n):
                 started = time.perf_counter()
                 subprocess.run(command, check=True)

@@ -59,11 +59,17 @@ def build(folder: Path, ranks: int, target_mb: float, layout: str = "kineto") ->
         header["distributedInfo"] = {**header.get("distributedInfo", {}), "rank": rank, "world_size": ranks}
         with open(path, "w") as out:
             if compact:
-                out.write("{" + ",".join(f'"{k}":{compact_event(v)}' for k, v in header.items()
-                                         if k not in ("traceName",)) + ',"traceEvents":[')
+                out.write(
+                    "{"
+                    + ",".join(f'"{k}":{compact_event(v)}' for k, v in header.items() if k not in ("traceName",))
+                    + ',"traceEvents":['
+                )
             else:
-                out.write("{\n" + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in header.items()
-                                             if k not in ("traceName",)) + ',\n  "traceEvents": [\n')
+                out.write(
+                    "{\n"
+                    + ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in header.items() if k not in ("traceName",))
+                    + ',\n  "traceEvents": [\n'
+                )
             first = True
             for copy in range(copies):
                 for event in events:
@@ -80,8 +86,11 @@ def build(folder: Path, ranks: int, target_mb: float, layout: str = "kineto") ->
                     first = False
             for event in meta:
                 out.write(between + write_event(event))
-            out.write(('],"traceName":"' if compact else '\n  ],\n  "traceName": "') + str(path)
-                      + ('"}' if compact else '"\n}\n'))
+            out.write(
+                ('],"traceName":"' if compact else '\n  ],\n  "traceName": "')
+                + str(path)
+                + ('"}' if compact else '"\n}\n')
+            )
     return paths
 
 
@@ -92,8 +101,9 @@ def measure(code: str, sample_memory: bool) -> tuple[float, float | None, str]:
     1-2 s (measured: 1.5-1.7 s sampled against 1.3 s not) far more than from one that runs on
     one core for a minute."""
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     peak = None
     if sample_memory:
         root = psutil.Process(process.pid)
@@ -116,7 +126,8 @@ def compare(paths: list[Path], folder: Path, repeats: int) -> dict[str, tuple[fl
     ours_code = (
         "import json; from pathlib import Path; from tasks.analysis.breakdown import analyze_ranks;"
         f" r = analyze_ranks({{i: Path(p) for i, p in enumerate({[str(p) for p in paths]!r})}}, workers=2);"
-        " print(json.dumps({'steps': r['ranks'][0]['decode_steps'], 'gemm_ms': r['ranks'][0]['categories']['gemm']['ms_per_step']}))")
+        " print(json.dumps({'steps': r['ranks'][0]['decode_steps'], 'gemm_ms': r['ranks'][0]['categories']['gemm']['ms_per_step']}))"
+    )
     # HTA is given each file's rank: found by itself, the rank is read with the regular
     # expression `"rank":\s+(\d+)`, which a compact file (`"rank":3`) never matches, so every
     # compact file would be "rank 0" and HTA would analyse one of the 8.
@@ -126,7 +137,8 @@ def compare(paths: list[Path], folder: Path, repeats: int) -> dict[str, tuple[fl
         "from hta.trace_analysis import TraceAnalysis;"
         f" a = TraceAnalysis(trace_files={ranks!r}, trace_dir={str(folder)!r});"
         " k, d = a.get_gpu_kernel_breakdown(visualize=False);"
-        " print(len(a.t.traces), 'ranks;', k.to_string()[:400])")
+        " print(len(a.t.traces), 'ranks;', k.to_string()[:400])"
+    )
     return table({"ours": ours_code, "HTA 0.5.0": hta_code}, repeats)
 
 
@@ -146,9 +158,12 @@ def table(codes: dict[str, str], repeats: int) -> dict[str, tuple[float, float]]
         wall = statistics.median(r[0] for r in runs)
         peak = sampled[tool][1]
         medians[tool] = (wall, peak)
-        print(f"{tool:12} {wall:16.2f} {peak:12.3f}  " + ", ".join(f"{r[0]:.2f}s" for r in runs)
-              + f"; {sampled[tool][0]:.2f}s/{peak:.2f}GB"
-              + f"  -> {runs[0][2].strip().splitlines()[-1][:100] if runs[0][2].strip() else ''}")
+        print(
+            f"{tool:12} {wall:16.2f} {peak:12.3f}  "
+            + ", ".join(f"{r[0]:.2f}s" for r in runs)
+            + f"; {sampled[tool][0]:.2f}s/{peak:.2f}GB"
+            + f"  -> {runs[0][2].strip().splitlines()[-1][:100] if runs[0][2].strip() else ''}"
+        )
     return medians
 
 
@@ -168,18 +183,26 @@ def main() -> None:
         print(f"\n== {layout} layout: {len(paths)} ranks, {total_gb:.2f} GB uncompressed JSON in {folder}")
         medians = compare(paths, folder, args.repeats)
         ours, hta = medians["ours"], medians["HTA 0.5.0"]
-        summary.append(f"{layout:8} speed-up {hta[0] / ours[0]:5.1f}x (target >= 30x); memory"
-                       f" {ours[1] / hta[1] * 100:3.0f}% of HTA's (target <= 25%)")
+        summary.append(
+            f"{layout:8} speed-up {hta[0] / ours[0]:5.1f}x (target >= 30x); memory"
+            f" {ours[1] / hta[1] * 100:3.0f}% of HTA's (target <= 25%)"
+        )
     if args.big_gb:
         [big] = build(args.dir / "big", 1, args.big_gb * 1000)
         print(f"\n== one rank of {big.stat().st_size / 1e9:.2f} GB (Kineto layout)")
-        decoder = ("import msgspec; from pathlib import Path; from tasks.analysis.trace_reader import Whole;"
-                   f" d = msgspec.json.decode(Path({str(big)!r}).read_bytes(), type=Whole); print(len(d.traceEvents))")
-        ours_one = ("from pathlib import Path; from tasks.analysis.breakdown import analyze_trace, Classifier;"
-                    f" r = analyze_trace(Path({str(big)!r}), Classifier()); print(r['decode_steps'])")
+        decoder = (
+            "import msgspec; from pathlib import Path; from tasks.analysis.trace_reader import Whole;"
+            f" d = msgspec.json.decode(Path({str(big)!r}).read_bytes(), type=Whole); print(len(d.traceEvents))"
+        )
+        ours_one = (
+            "from pathlib import Path; from tasks.analysis.breakdown import analyze_trace, Classifier;"
+            f" r = analyze_trace(Path({str(big)!r}), Classifier()); print(r['decode_steps'])"
+        )
         medians = table({"typed read": decoder, "ours": ours_one}, args.repeats)
-        summary.append(f"1 rank   ours / typed read = {medians['ours'][0] / medians['typed read'][0]:.2f}x the"
-                       f" time (target <= 2x); peak {medians['ours'][1]:.2f} GB vs {medians['typed read'][1]:.2f} GB")
+        summary.append(
+            f"1 rank   ours / typed read = {medians['ours'][0] / medians['typed read'][0]:.2f}x the"
+            f" time (target <= 2x); peak {medians['ours'][1]:.2f} GB vs {medians['typed read'][1]:.2f} GB"
+        )
     print("\n" + "\n".join(summary))
 
 

@@ -40,14 +40,22 @@ def host_for(config: Any, node: int = 0) -> Host:
     identity = target.identity_file or cfg.identity_file
     if identity and not Path(identity).expanduser().is_file():
         where = f"{field}.identity_file" if target.identity_file else "host.identity_file"
-        raise InputError(f"{where}: {identity} is not a file here; name the private"
-                         " key SSH should use, or leave it out to use ssh_config and the agent")
+        raise InputError(
+            f"{where}: {identity} is not a file here; name the private"
+            " key SSH should use, or leave it out to use ssh_config and the agent"
+        )
     alias = target.alias or target.hostname or ""
-    host = SSHHost(SSHTarget(
-        alias=alias, hostname=target.hostname or alias, port=target.port, user=target.user or cfg.user,
-        identity_files=[identity] if identity else [],
-        known_hosts=cfg.known_hosts, ssh_config=cfg.ssh_config,
-    ))
+    host = SSHHost(
+        SSHTarget(
+            alias=alias,
+            hostname=target.hostname or alias,
+            port=target.port,
+            user=target.user or cfg.user,
+            identity_files=[identity] if identity else [],
+            known_hosts=cfg.known_hosts,
+            ssh_config=cfg.ssh_config,
+        )
+    )
     host.env_setup = setup
     return host
 
@@ -55,9 +63,13 @@ def host_for(config: Any, node: int = 0) -> Host:
 def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:
     def open_campaign(config_path: Path | None, state_path: Path, reports_dir: Path) -> cli.OpenedCampaign:
         config, source = load_config(config_path, units)
-        session = Session(config=config, state_path=state_path, reports_dir=reports_dir,
-                          host_factory=lambda: host_for(config),
-                          node_host_factory=lambda index: host_for(config, index))
+        session = Session(
+            config=config,
+            state_path=state_path,
+            reports_dir=reports_dir,
+            host_factory=lambda: host_for(config),
+            node_host_factory=lambda index: host_for(config, index),
+        )
         return cli.OpenedCampaign(build_campaign(session, units), source, session.close)
 
     return open_campaign
@@ -72,8 +84,12 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
     from tasks.experiments.ledger import LEDGER
     from tasks.synthesis.compare_command import COMPARE
 
-    return cli.main(argv, opener(units), description=__doc__.splitlines()[0],
-                    extra={"compare": COMPARE, "analyze": ANALYZE, "ledger": LEDGER})
+    return cli.main(
+        argv,
+        opener(units),
+        description=__doc__.splitlines()[0],
+        extra={"compare": COMPARE, "analyze": ANALYZE, "ledger": LEDGER},
+    )
 
 
 if __name__ == "__main__":

@@ -52,15 +52,19 @@ class TaskContext:
         scope has one, the campaign's otherwise."""
         result = self.optional_input(ref)
         if result is None:
-            raise TaskFailed(f"'{self.task_id}' needs the result of '{self._resolve(ref)}', which has none;"
-                             f" `orchestrate reset {self._resolve(ref)}` and `orchestrate resume`")
+            raise TaskFailed(
+                f"'{self.task_id}' needs the result of '{self._resolve(ref)}', which has none;"
+                f" `orchestrate reset {self._resolve(ref)}` and `orchestrate resume`"
+            )
         return result
 
     def optional_input(self, ref: TaskRef[ResultT]) -> ResultT | None:
         """``input``, or None where that task has no completed result (a disabled phase)."""
         if self.reads is not None and ref.id not in self.reads:
-            raise UnitBug(f"unit bug: task '{self.task_id}' reads the result of '{ref.id}' without declaring"
-                          f" it: add it to the depends_on or optional of '{self.task_id}''s TaskSpec")
+            raise UnitBug(
+                f"unit bug: task '{self.task_id}' reads the result of '{ref.id}' without declaring"
+                f" it: add it to the depends_on or optional of '{self.task_id}''s TaskSpec"
+            )
         task_id = self._resolve(ref)
         todo = self.state.by_id().get(task_id)
         if todo is None or todo.status != Status.completed or todo.result is None:
@@ -70,14 +74,18 @@ class TaskContext:
         try:
             return ref.model.model_validate(todo.result)
         except ValidationError as err:
-            raise TaskFailed(f"the result of '{task_id}' does not match {ref.model.__name__}:"
-                             f" {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
+            raise TaskFailed(
+                f"the result of '{task_id}' does not match {ref.model.__name__}:"
+                f" {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
+            ) from None
 
     def need_facts(self, need: str, model: type[FactsT]) -> FactsT:
         """What ensuring ``need`` reported, as its typed model (the task must hold the need)."""
         if need not in self.facts:
-            raise UnitBug(f"unit bug: task '{self.task_id}' reads the facts of need '{need}' it does not hold:"
-                          f" add '{need}' to its TaskSpec's needs")
+            raise UnitBug(
+                f"unit bug: task '{self.task_id}' reads the facts of need '{need}' it does not hold:"
+                f" add '{need}' to its TaskSpec's needs"
+            )
         facts = self.facts[need]
         return facts if isinstance(facts, model) else model.model_validate(facts)
 
@@ -210,9 +218,7 @@ def validate_graph(campaign: Campaign) -> None:
     for spec in campaign.tasks:
         for dep in spec.depends_on:
             if dep not in ids:
-                raise InputError(
-                    f"campaign {campaign.name}: task '{spec.id}' depends on unknown task '{dep}'"
-                )
+                raise InputError(f"campaign {campaign.name}: task '{spec.id}' depends on unknown task '{dep}'")
         for need in spec.needs:
             if need not in campaign.needs:
                 raise InputError(
@@ -229,9 +235,7 @@ def validate_graph(campaign: Campaign) -> None:
         for dep in ids[task_id].depends_on:
             if colour[dep] == grey:
                 cycle = path[path.index(dep) :] + [dep]
-                raise InputError(
-                    f"campaign {campaign.name}: dependency cycle {' -> '.join(cycle)}"
-                )
+                raise InputError(f"campaign {campaign.name}: dependency cycle {' -> '.join(cycle)}")
             if colour[dep] == white:
                 visit(dep)
         path.pop()

@@ -57,9 +57,11 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-GLOBAL_OPTIONS = (("--config", None, "campaign TOML (default: ./campaign.toml, else the embedded default)"),
-                  ("--state", Path("state/todo.json"), "todo state file (default: state/todo.json)"),
-                  ("--reports", Path("reports"), "folder for findings documents (default: reports)"))
+GLOBAL_OPTIONS = (
+    ("--config", None, "campaign TOML (default: ./campaign.toml, else the embedded default)"),
+    ("--state", Path("state/todo.json"), "todo state file (default: state/todo.json)"),
+    ("--reports", Path("reports"), "folder for findings documents (default: reports)"),
+)
 
 
 def _add_options(parser: argparse.ArgumentParser, with_defaults: bool) -> None:
@@ -82,18 +84,25 @@ def _parser(description: str, extra: dict[str, ExtraCommand]) -> argparse.Argume
         return subparser
 
     command("init", "write the campaign's todo file").add_argument(
-        "--force", action="store_true", help="start over; the old file is kept as .bak")
-    command("resume", "run the campaign from where its todo file stands (after the pre-flight checks, once"
-                      " a configuration)").add_argument(
-        "--no-check", action="store_true", help="skip the pre-flight checks (`orchestrate check`)")
+        "--force", action="store_true", help="start over; the old file is kept as .bak"
+    )
+    command(
+        "resume", "run the campaign from where its todo file stands (after the pre-flight checks, once a configuration)"
+    ).add_argument("--no-check", action="store_true", help="skip the pre-flight checks (`orchestrate check`)")
     command("status", "print the todo table")
     command("reset", "re-queue a todo and everything that depends on it").add_argument("task")
     command("report", "regenerate the findings document now")
     command("schema", "print the JSON Schema of the todo file")
-    command("stop", "stop what the campaign started on the host (its server's whole process tree) and"
-                    " free the accelerators; refused while an orchestrate runs on this state")
-    command("check", "pre-flight: the host, its software, the model, ports, accelerators and disk,"
-                     " each problem one line; exit 2 when anything would stop the campaign")
+    command(
+        "stop",
+        "stop what the campaign started on the host (its server's whole process tree) and"
+        " free the accelerators; refused while an orchestrate runs on this state",
+    )
+    command(
+        "check",
+        "pre-flight: the host, its software, the model, ports, accelerators and disk,"
+        " each problem one line; exit 2 when anything would stop the campaign",
+    )
     for name, extra_command in extra.items():
         extra_command.arguments(command(name, extra_command.help))
     return parser
@@ -109,8 +118,12 @@ def _print_checks(campaign: Campaign, source: str) -> int:
     return InputError.exit_code if blocking else 0
 
 
-def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str = "",
-         extra: dict[str, ExtraCommand] | None = None) -> int:
+def main(
+    argv: list[str] | None,
+    open_campaign: CampaignOpener,
+    description: str = "",
+    extra: dict[str, ExtraCommand] | None = None,
+) -> int:
     extra = extra or {}
     try:
         args = _parser(description or __doc__.splitlines()[0], extra).parse_args(argv)
@@ -126,8 +139,7 @@ def main(argv: list[str] | None, open_campaign: CampaignOpener, description: str
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep Python's exit flush quiet
         return 0
     except KeyboardInterrupt:
-        print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on",
-              file=sys.stderr)
+        print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on", file=sys.stderr)
         return Interrupted.exit_code
     except OrchestrateError as err:
         print(f"orchestrate: error: {err}", file=sys.stderr)
@@ -189,8 +201,10 @@ def _dispatch(args: argparse.Namespace, open_campaign: CampaignOpener) -> int:
             with StateLock(args.state):
                 if args.state.exists():
                     if not args.force:
-                        raise InputError(f"{args.state}: already exists; `orchestrate resume` goes on"
-                                         " from it, `orchestrate init --force` starts over")
+                        raise InputError(
+                            f"{args.state}: already exists; `orchestrate resume` goes on"
+                            " from it, `orchestrate init --force` starts over"
+                        )
                     backup = args.state.with_name(args.state.name + ".bak")
                     args.state.replace(backup)
                     print(f"previous state kept as {backup}")
@@ -231,8 +245,13 @@ def _print_status(state: TodoState) -> None:
         table.add_column(column)
     for todo in state.todos:
         error = todo.error.message if todo.error else (todo.skipped_reason or "")
-        table.add_row(todo.id, todo.content, todo.priority.value, todo.status.value,
-                      str(todo.attempts), f"{todo.duration_s:.1f}" if todo.duration_s is not None else "",
-                      error[:120])
+        table.add_row(
+            todo.id,
+            todo.content,
+            todo.priority.value,
+            todo.status.value,
+            str(todo.attempts),
+            f"{todo.duration_s:.1f}" if todo.duration_s is not None else "",
+            error[:120],
+        )
     Console(width=160).print(table)
-

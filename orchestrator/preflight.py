@@ -54,9 +54,22 @@ def preflight_at_resume(campaign: Campaign, state_path: Path, log: Callable[[str
     for check in blocking:
         log(f"FAIL  {check.what}: {check.found}")
     if blocking:
-        raise InputError(f"pre-flight: {len(blocking)} problem{'s' * (len(blocking) > 1)} would stop the campaign"
-                         " (each above, with its fix); nothing was started. `orchestrate check` lists every check")
-    write_atomic(cache, json.dumps({"fingerprint": key, "passed_at": datetime.now(UTC).isoformat(),
-                                    "checks": [f"{check.what}: {check.found}" for check in checks]}, indent=1).encode())
-    log(f"pre-flight: {len(checks)} checks passed in {time.monotonic() - started:.1f} s"
-        " (not repeated until the configuration changes)")
+        raise InputError(
+            f"pre-flight: {len(blocking)} problem{'s' * (len(blocking) > 1)} would stop the campaign"
+            " (each above, with its fix); nothing was started. `orchestrate check` lists every check"
+        )
+    write_atomic(
+        cache,
+        json.dumps(
+            {
+                "fingerprint": key,
+                "passed_at": datetime.now(UTC).isoformat(),
+                "checks": [f"{check.what}: {check.found}" for check in checks],
+            },
+            indent=1,
+        ).encode(),
+    )
+    log(
+        f"pre-flight: {len(checks)} checks passed in {time.monotonic() - started:.1f} s"
+        " (not repeated until the configuration changes)"
+    )

@@ -37,8 +37,9 @@ class ProgressDisplay:
         self._lock = threading.Lock()
         self._bars = None
 
-    def update(self, task_id: str, label: str, done: float, total: float | None, unit: str = "",
-               note: str = "") -> None:
+    def update(
+        self, task_id: str, label: str, done: float, total: float | None, unit: str = "", note: str = ""
+    ) -> None:
         """``total`` None or 0: a count with no known end (bytes written so far)."""
         now = time.monotonic()
         with self._lock:
@@ -66,8 +67,9 @@ class ProgressDisplay:
                 self._bars = None
 
     @staticmethod
-    def _line(task_id: str, label: str, done: float, total: float | None, unit: str, rate: float | None,
-              note: str) -> str:
+    def _line(
+        task_id: str, label: str, done: float, total: float | None, unit: str, rate: float | None, note: str
+    ) -> str:
         text = f"[{task_id}] {label}: {_number(done)}" + (f"/{_number(total)}" if total else "")
         text += f" {unit}".rstrip()
         if rate:
@@ -76,16 +78,30 @@ class ProgressDisplay:
                 text += f", ~{(total - done) / rate:,.0f} s left"
         return text + (f" ({note})" if note else "")
 
-    def _show_bar(self, step: _Step, task_id: str, label: str, done: float, total: float | None, unit: str,
-                  rate: float | None, note: str) -> None:
+    def _show_bar(
+        self,
+        step: _Step,
+        task_id: str,
+        label: str,
+        done: float,
+        total: float | None,
+        unit: str,
+        rate: float | None,
+        note: str,
+    ) -> None:
         from rich.console import Console
         from rich.markup import escape
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         if self._bars is None:
-            self._bars = Progress(TextColumn("{task.description}"), BarColumn(),
-                                  TextColumn("{task.fields[count]}"), TimeRemainingColumn(),
-                                  console=Console(file=self.stream), transient=True)
+            self._bars = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[count]}"),
+                TimeRemainingColumn(),
+                console=Console(file=self.stream),
+                transient=True,
+            )
             self._bars.start()
         count = escape(f"{_number(done)}{'/' + _number(total) if total else ''} {unit}")
         if rate:

@@ -16,9 +16,7 @@ from markdown_it import MarkdownIt
 from orchestrator.schema import TodoState
 
 HUMAN_NOTES_HEADING = "## Human notes"
-HUMAN_NOTES_PLACEHOLDER = (
-    "_Write here. This section is kept verbatim every time the document is regenerated._\n"
-)
+HUMAN_NOTES_PLACEHOLDER = "_Write here. This section is kept verbatim every time the document is regenerated._\n"
 
 
 def md_table(header: list[str], rows: list[list[object]]) -> str:
@@ -35,10 +33,19 @@ def task_table(state: TodoState) -> str:
     rows = []
     for todo in state.todos:
         duration = f"{todo.duration_s:.1f}" if todo.duration_s is not None else ""
-        rows.append([todo.id, todo.content, todo.priority.value, todo.status.value, todo.attempts,
-                     duration, ", ".join(todo.depends_on), ", ".join(todo.needs)])
-    return md_table(["id", "content", "priority", "status", "attempts", "duration s",
-                     "depends on", "needs"], rows)
+        rows.append(
+            [
+                todo.id,
+                todo.content,
+                todo.priority.value,
+                todo.status.value,
+                todo.attempts,
+                duration,
+                ", ".join(todo.depends_on),
+                ", ".join(todo.needs),
+            ]
+        )
+    return md_table(["id", "content", "priority", "status", "attempts", "duration s", "depends on", "needs"], rows)
 
 
 def timing_summary(state: TodoState) -> str:
@@ -54,8 +61,10 @@ def timing_summary(state: TodoState) -> str:
     work_s = sum(t.duration_s for t in timed)
     overhead_s = span_s - work_s
     share = overhead_s / span_s * 100 if span_s > 0 else 0.0
-    return (f"Campaign span {span_s:.1f} s; the tasks' own time {work_s:.1f} s; orchestration overhead"
-            f" {overhead_s:.2f} s ({share:.2f}% of the span, from the todo timestamps).\n")
+    return (
+        f"Campaign span {span_s:.1f} s; the tasks' own time {work_s:.1f} s; orchestration overhead"
+        f" {overhead_s:.2f} s ({share:.2f}% of the span, from the todo timestamps).\n"
+    )
 
 
 def existing_human_notes(document_path: Path) -> str:
@@ -97,12 +106,16 @@ def render_html(markdown_text: str, folder: Path | None = None, title: str = "fi
     embedded (data URIs), so the page can be mailed or attached alone."""
     body = MarkdownIt("commonmark").enable("table").render(markdown_text)
     if folder is not None:
+
         def embed(match: re.Match[str]) -> str:
             image = folder / match[1]
             if image.suffix != ".png" or not image.is_file() or "/" in match[1]:
                 return match[0]
             encoded = base64.b64encode(image.read_bytes()).decode()
             return f'<img src="data:image/png;base64,{encoded}"'
+
         body = re.sub(r'<img src="([^"]+)"', embed, body)
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"{HTML_STYLE}</head><body>\n{body}</body></html>\n")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        f"{HTML_STYLE}</head><body>\n{body}</body></html>\n"
+    )

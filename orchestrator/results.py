@@ -29,8 +29,10 @@ def result_document(spec: TaskSpec, result: BaseModel | dict[str, Any] | None) -
     """The JSON document to store for ``result``, checked against the spec's model."""
     if isinstance(result, BaseModel):
         if spec.result_model is not None and not isinstance(result, spec.result_model):
-            raise TaskFailed(f"task '{spec.id}' returned {type(result).__name__}, not"
-                             f" {spec.result_model.__name__} (a bug in the task)")
+            raise TaskFailed(
+                f"task '{spec.id}' returned {type(result).__name__}, not"
+                f" {spec.result_model.__name__} (a bug in the task)"
+            )
         return result.model_dump(mode="json")
     document = result or {}
     if spec.result_model is not None:
@@ -38,9 +40,11 @@ def result_document(spec: TaskSpec, result: BaseModel | dict[str, Any] | None) -
             return spec.result_model.model_validate(document).model_dump(mode="json")
         except ValidationError as err:
             first = err.errors()[0]
-            raise TaskFailed(f"task '{spec.id}' returned a result that does not match"
-                             f" {spec.result_model.__name__}: {_loc(first['loc'])}: {first['msg']}"
-                             " (a bug in the task)") from None
+            raise TaskFailed(
+                f"task '{spec.id}' returned a result that does not match"
+                f" {spec.result_model.__name__}: {_loc(first['loc'])}: {first['msg']}"
+                " (a bug in the task)"
+            ) from None
     return document
 
 
@@ -68,8 +72,14 @@ def digest(document: Any) -> str:
 
 def run_token(todo: Todo) -> str:
     """Which run of ``todo`` produced its result: changes when it runs again, or its inputs do."""
-    return digest({"inputs": todo.inputs, "upstream": todo.upstream, "status": todo.status.value,
-                   "finished_at": todo.finished_at.isoformat() if todo.finished_at else None})
+    return digest(
+        {
+            "inputs": todo.inputs,
+            "upstream": todo.upstream,
+            "status": todo.status.value,
+            "finished_at": todo.finished_at.isoformat() if todo.finished_at else None,
+        }
+    )
 
 
 def upstream_digests(state: TodoState, spec: TaskSpec) -> dict[str, str]:

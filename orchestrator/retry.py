@@ -40,11 +40,16 @@ def _is_transient_connect_error(error: BaseException) -> bool:
 
 def _say_what_we_wait_for(what: str, attempts: int) -> Callable[[tenacity.RetryCallState], None]:
     """A line on stderr before each wait: a minute of backoff must not look like a hang."""
+
     def callback(state: tenacity.RetryCallState) -> None:
         last = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0
-        print(f"orchestrate: {what}: attempt {state.attempt_number} of {attempts} failed"
-              f" ({type(last).__name__}: {last}); trying again in {wait:.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"orchestrate: {what}: attempt {state.attempt_number} of {attempts} failed"
+            f" ({type(last).__name__}: {last}); trying again in {wait:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     return callback
 
@@ -92,7 +97,8 @@ def crashed_rank_policy(say: Callable[[str], None]) -> tenacity.Retrying:
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception(_rank_killed_by_signal),
         stop=tenacity.stop_after_attempt(2),
-        before_sleep=lambda state: say(f"{_killed_how(state.outcome.exception())}: a rank died from a signal;"
-                                       " running it once more"),
+        before_sleep=lambda state: say(
+            f"{_killed_how(state.outcome.exception())}: a rank died from a signal; running it once more"
+        ),
         reraise=True,
     )

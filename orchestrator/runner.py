@@ -152,8 +152,10 @@ class Runner:
                     self.log(f"[{todo.id}] failed: {err}; what depends on it waits for `resume`, the rest goes on")
             self._finish(state)
             if isolated:
-                raise TaskFailed(f"{len(isolated)} todo(s) failed, the rest of the campaign is done"
-                                 f" (`orchestrate resume` retries them): {'; '.join(isolated)}")
+                raise TaskFailed(
+                    f"{len(isolated)} todo(s) failed, the rest of the campaign is done"
+                    f" (`orchestrate resume` retries them): {'; '.join(isolated)}"
+                )
             return state
 
     def _grow(self, state: TodoState) -> None:
@@ -175,8 +177,10 @@ class Runner:
         todo.status = Status.pending
         todo.interruptions += 1
         todo.attempts = max(0, todo.attempts - 1)
-        self.log(f"[{todo.id}] was cut short ({todo.interruptions} time(s)): the controller stopped"
-                 " during it; it runs again without using an attempt")
+        self.log(
+            f"[{todo.id}] was cut short ({todo.interruptions} time(s)): the controller stopped"
+            " during it; it runs again without using an attempt"
+        )
 
     def _requeue_stale(self, state: TodoState) -> None:
         """A completed todo whose inputs changed goes back to pending with its dependents."""
@@ -193,8 +197,9 @@ class Runner:
                     _clear(other)
             requeued.update(ids)
             also = [i for i in ids if i != todo.id]
-            self.log(f"[{todo.id}] runs again: {reason}"
-                     + (f"; so do its dependents {', '.join(also)}" if also else ""))
+            self.log(
+                f"[{todo.id}] runs again: {reason}" + (f"; so do its dependents {', '.join(also)}" if also else "")
+            )
 
     def _next(self, state: TodoState, isolated: list[str] | None = None) -> Todo | None:
         status = {todo.id: todo.status for todo in state.todos}
@@ -246,8 +251,8 @@ class Runner:
         ctx = TaskContext(
             task_id=todo.id,
             scope=spec.scope,
-            reads=spec.reads | {ref.id for need in spec.needs
-                                for ref in getattr(self.campaign.needs[need], "reads", ())},
+            reads=spec.reads
+            | {ref.id for need in spec.needs for ref in getattr(self.campaign.needs[need], "reads", ())},
             artifacts_dir=self.campaign.artifacts_dir / todo.id,
             state=state,
             log=lambda line: self.log(f"[{todo.id}] {line}"),
@@ -275,8 +280,9 @@ class Runner:
             ) from None
         except Exception as err:  # noqa: BLE001 - every failure is recorded, then re-raised
             tail = getattr(err, "output_tail", "") or ""
-            todo.error = TodoError(message=str(err) or repr(err), kind=type(err).__name__,
-                                   output_tail=tail_lines(tail, 40))
+            todo.error = TodoError(
+                message=str(err) or repr(err), kind=type(err).__name__, output_tail=tail_lines(tail, 40)
+            )
             if isinstance(err, InputError | HostError | UnitBug) and not isinstance(err, ConnectionLost):
                 # Bad input, no access (auth, host key, a missing file) or a bug in a unit: not
                 # the task's failure, and retrying changes nothing until it is fixed.
@@ -284,15 +290,15 @@ class Runner:
             self._close(state, todo, started, Status.failed)
             if isinstance(err, OrchestrateError):
                 raise
-            raise TaskFailed(f"todo '{todo.id}' failed: {type(err).__name__}: {err}",
-                             output_tail=tail) from err
+            raise TaskFailed(f"todo '{todo.id}' failed: {type(err).__name__}: {err}", output_tail=tail) from err
         finally:
             self.progress.end(todo.id)  # its bars go before the line that says how it ended
         self._close(state, todo, started, Status.completed, result=result)
         self.log(f"[{todo.id}] completed in {todo.duration_s:.1f} s")
 
-    def _close(self, state: TodoState, todo: Todo, started: float, status: Status,
-               result: dict[str, Any] | None = None) -> None:
+    def _close(
+        self, state: TodoState, todo: Todo, started: float, status: Status, result: dict[str, Any] | None = None
+    ) -> None:
         todo.status = status
         todo.finished_at = now()
         todo.duration_s = round(time.monotonic() - started, 3)
@@ -304,8 +310,9 @@ class Runner:
     def _ensure(self, name: str, ctx: TaskContext) -> None:
         need = self.campaign.needs[name]
         self.facts[name] = need.ensure(ctx)
-        self.held = {held for held in self.held
-                     if held not in need.conflicts and name not in self.campaign.needs[held].conflicts}
+        self.held = {
+            held for held in self.held if held not in need.conflicts and name not in self.campaign.needs[held].conflicts
+        }
         self.held.add(name)
 
     def _finish(self, state: TodoState) -> None:

@@ -65,9 +65,11 @@ class Todo(Strict):
     result: dict[str, Any] | None = None
     skipped_reason: str | None = None
     inputs: dict[str, Any] | None = Field(
-        None, description="the config parts this todo's result came from (secrets as digests)")
+        None, description="the config parts this todo's result came from (secrets as digests)"
+    )
     upstream: dict[str, str] = Field(
-        default_factory=dict, description="digest of each dependency's result when this todo ran")
+        default_factory=dict, description="digest of each dependency's result when this todo ran"
+    )
 
 
 class TodoState(Strict):

@@ -77,8 +77,9 @@ class StateLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
-            raise InputError(f"{self.path.with_suffix('')}: its folder cannot be written ({err.strerror});"
-                             " choose a writable --state") from None
+            raise InputError(
+                f"{self.path.with_suffix('')}: its folder cannot be written ({err.strerror}); choose a writable --state"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

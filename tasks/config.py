@@ -38,13 +38,31 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
         name=(str, Field("default", pattern=r"^[A-Za-z0-9_.-]+$")),
         phases=(list[phase_name], Field(default_factory=lambda: list(selectable))),
         max_attempts=(int, Field(3, ge=1, le=100)),
-        baseline=(str | None, Field(None, description="a todo file, report folder or baseline.json to compare"
-                                    " against: the findings gain a 'Versus baseline' section")),
-        applied_option=(str | None, Field(None, description="the decision option this campaign applied"
-                                          " (its id): a comparison shows its predicted gain beside the realised one")),
+        baseline=(
+            str | None,
+            Field(
+                None,
+                description="a todo file, report folder or baseline.json to compare"
+                " against: the findings gain a 'Versus baseline' section",
+            ),
+        ),
+        applied_option=(
+            str | None,
+            Field(
+                None,
+                description="the decision option this campaign applied"
+                " (its id): a comparison shows its predicted gain beside the realised one",
+            ),
+        ),
         decision_rules=(str | None, Field(None, description="a decision rules file replacing the shipped one")),
-        auto_experiments=(bool, Field(False, description="besides the [[experiments]] listed, run the options the"
-                                      " decision record calls for (what experiments = 'auto' does alone)")),
+        auto_experiments=(
+            bool,
+            Field(
+                False,
+                description="besides the [[experiments]] listed, run the options the"
+                " decision record calls for (what experiments = 'auto' does alone)",
+            ),
+        ),
         max_experiments=(int, Field(3, ge=0, le=50, description="experiments 'auto' adds at most")),
         __validators__={"unique": field_validator("phases")(_unique)},
     )
@@ -94,9 +112,11 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
     if service is not None and macro is not None and service.command is None:
         needed = macro.input_tokens + macro.output_tokens
         if service.max_model_len < needed:
-            raise InputError(f"{path}: field 'service.max_model_len': {service.max_model_len} is below"
-                             f" macro.input_tokens + macro.output_tokens = {needed}, so vLLM would refuse"
-                             " every request; raise it or shorten the requests")
+            raise InputError(
+                f"{path}: field 'service.max_model_len': {service.max_model_len} is below"
+                f" macro.input_tokens + macro.output_tokens = {needed}, so vLLM would refuse"
+                " every request; raise it or shorten the requests"
+            )
     return config, str(path)
 
 
@@ -115,11 +135,15 @@ def check_nodes(config: Any, path: Path) -> None:
     service = getattr(config, "service", None)
     if service is not None:
         if service.tensor_parallel % len(nodes):
-            raise InputError(f"{path}: field 'service.tensor_parallel': {service.tensor_parallel} ranks do not"
-                             f" split evenly over {len(nodes)} nodes; use a multiple of the node count")
+            raise InputError(
+                f"{path}: field 'service.tensor_parallel': {service.tensor_parallel} ranks do not"
+                f" split evenly over {len(nodes)} nodes; use a multiple of the node count"
+            )
         if service.command is not None:
-            raise InputError(f"{path}: field 'service.command': a custom command cannot be launched on"
-                             " several nodes; leave it out with [[nodes]]")
+            raise InputError(
+                f"{path}: field 'service.command': a custom command cannot be launched on"
+                " several nodes; leave it out with [[nodes]]"
+            )
 
 
 def redacted_env(env: dict[str, str]) -> dict[str, str]:

@@ -28,8 +28,13 @@ from tasks.unit import PhaseUnit
 from tasks.view import Findings
 
 
-def write_findings(session: Session, state: TodoState, units: list[PhaseUnit],
-                   specs: dict[str, TaskSpec], declared: frozenset[str] | None = None) -> list[Path]:
+def write_findings(
+    session: Session,
+    state: TodoState,
+    units: list[PhaseUnit],
+    specs: dict[str, TaskSpec],
+    declared: frozenset[str] | None = None,
+) -> list[Path]:
     """``units`` are the enabled units, ``declared`` the task ids any unit may declare."""
     folder = session.reports_dir / state.campaign
     try:
@@ -61,5 +66,8 @@ def write_document(findings: Findings, document_path: Path, text: str) -> None:
     if findings.outputs.ledger:
         append(findings.session.reports_dir / LEDGER_NAME, findings.outputs.ledger)
     write_atomic(document_path, text.encode(), shared=True)
-    write_atomic(folder / "findings.html", render_html(text, folder, f"findings: {findings.state.campaign}").encode(),
-                 shared=True)
+    write_atomic(
+        folder / "findings.html",
+        render_html(text, folder, f"findings: {findings.state.campaign}").encode(),
+        shared=True,
+    )

@@ -44,7 +44,7 @@ def parse(line: str) -> dict | None:
     if at < 0:
         return None
     try:
-        document = json.loads(line[at + len(TAG):])
+        document = json.loads(line[at + len(TAG) :])
     except ValueError:
         return None
     if not isinstance(document, dict) or not {"label", "done", "total"} <= document.keys():

@@ -35,8 +35,13 @@ def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
 
     def report(state: TodoState) -> list[Path]:
         campaign.extend(state)  # the todos the results called for have their specs too
-        return write_findings(session, state, enabled, {spec.id: spec for spec in campaign.tasks},
-                              declared=frozenset(ref.id for unit in units for ref in unit.results))
+        return write_findings(
+            session,
+            state,
+            enabled,
+            {spec.id: spec for spec in campaign.tasks},
+            declared=frozenset(ref.id for unit in units for ref in unit.results),
+        )
 
     campaign.report = report
     return campaign

@@ -62,8 +62,18 @@ class Session:
             host = self.config.host
             name = host.alias or host.hostname or ("localhost" if host.kind == "local" else "host")
             return [Node(0, name, self.workdir, self.python)]
-        return [Node(index, node.alias or node.hostname, self._node_workdir(node), self._node_python(node),
-                     node.ip, node.interface, node.cpu_bind) for index, node in enumerate(self.node_configs)]
+        return [
+            Node(
+                index,
+                node.alias or node.hostname,
+                self._node_workdir(node),
+                self._node_python(node),
+                node.ip,
+                node.interface,
+                node.cpu_bind,
+            )
+            for index, node in enumerate(self.node_configs)
+        ]
 
     def _node_workdir(self, node: Any) -> str:
         return node.workdir or self.config.host.workdir or "orchestrate-work"
@@ -110,10 +120,17 @@ class Session:
     def variant(self, name: str, config: Any) -> Session:
         """A session for experiment ``name`` serving with ``config``: the same host connections
         (made once, shared) and enabled units, its own server identity."""
-        return Session(config=config, state_path=self.state_path, reports_dir=self.reports_dir,
-                       host_factory=self.host, enabled=self.enabled,
-                       node_host_factory=self.node_host, service_variant=name,
-                       _node_hosts=self._node_hosts, _shipped=self._shipped)
+        return Session(
+            config=config,
+            state_path=self.state_path,
+            reports_dir=self.reports_dir,
+            host_factory=self.host,
+            enabled=self.enabled,
+            node_host_factory=self.node_host,
+            service_variant=name,
+            _node_hosts=self._node_hosts,
+            _shipped=self._shipped,
+        )
 
     def host(self) -> Host:
         if self._host is None:

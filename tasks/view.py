@@ -39,9 +39,16 @@ class Findings:
     unit bug, so a renamed task cannot drop a section silently. None: unchecked (`compare`
     reads a todo file of any version)."""
 
-    def __init__(self, session: Session, state: TodoState, folder: Path,
-                 specs: dict[str, TaskSpec] | None = None, overrides: dict[str, str | None] | None = None,
-                 declared: frozenset[str] | None = None, outputs: DocumentOutputs | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        state: TodoState,
+        folder: Path,
+        specs: dict[str, TaskSpec] | None = None,
+        overrides: dict[str, str | None] | None = None,
+        declared: frozenset[str] | None = None,
+        outputs: DocumentOutputs | None = None,
+    ) -> None:
         self.session = session
         self.state = state
         self.folder = folder
@@ -56,14 +63,17 @@ class Findings:
     def seen_through(self, overrides: dict[str, str | None], session: Session | None = None) -> Findings:
         """The same results with some tasks read from others: an experiment's view, where
         `macro_single` is its `exp_<name>_macro_single` (None: it did not measure that)."""
-        return Findings(session or self.session, self.state, self.folder, self.specs, overrides, self.declared,
-                        self.outputs)
+        return Findings(
+            session or self.session, self.state, self.folder, self.specs, overrides, self.declared, self.outputs
+        )
 
     def result(self, ref: TaskRef[ResultT]) -> ResultT | None:
         """The completed result of ``ref``'s task (an experiment's view: its own version of it)."""
         if self.declared is not None and ref.id not in self.declared and ref.id not in self.specs:
-            raise UnitBug(f"unit bug: the findings read task '{ref.id}', which no unit declares;"
-                          f" name it by the TaskRef in its unit's results.py")
+            raise UnitBug(
+                f"unit bug: the findings read task '{ref.id}', which no unit declares;"
+                f" name it by the TaskRef in its unit's results.py"
+            )
         if ref.model is None:
             raise UnitBug(f"unit bug: the findings read '{ref.id}' through an untyped TaskRef")
         task_id = ref.id

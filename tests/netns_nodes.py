@@ -100,8 +100,13 @@ class NamespaceNodes:
         Path("/run/sshd").mkdir(exist_ok=True)
         known = []
         for index in range(self.count):
-            node = Node(index, f"orch{os.getpid()}n{index}", f"{self.subnet}.{10 + index}", f"eth{index}",
-                        self.folder / f"node{index}")
+            node = Node(
+                index,
+                f"orch{os.getpid()}n{index}",
+                f"{self.subnet}.{10 + index}",
+                f"eth{index}",
+                self.folder / f"node{index}",
+            )
             self.nodes.append(node)
             node.folder.mkdir()
             veth = f"orv{os.getpid() % 100000}n{index}"
@@ -124,13 +129,32 @@ class NamespaceNodes:
         # Its own hostname (resolvable, as on a real host: torchrun's rendezvous publishes it) and
         # its own /dev/shm: what two real hosts never share.
         hosts = node.folder / "hosts"
-        hosts.write_text("127.0.0.1 localhost\n" + "".join(
-            f"{self.subnet}.{10 + index} node{index}\n" for index in range(self.count)))
-        inner = (f"hostname {node.hostname} && mount --bind {hosts} /etc/hosts && "
-                 f"mount -t tmpfs -o size=4g tmpfs /dev/shm && exec {SSHD} -D -e -f {config}")
+        hosts.write_text(
+            "127.0.0.1 localhost\n"
+            + "".join(f"{self.subnet}.{10 + index} node{index}\n" for index in range(self.count))
+        )
+        inner = (
+            f"hostname {node.hostname} && mount --bind {hosts} /etc/hosts && "
+            f"mount -t tmpfs -o size=4g tmpfs /dev/shm && exec {SSHD} -D -e -f {config}"
+        )
         node.process = subprocess.Popen(
-            ["ip", "netns", "exec", node.namespace, "unshare", "--uts", "--mount", "--propagation", "private",
-             "sh", "-c", inner], stdout=subprocess.DEVNULL, stderr=open(node.folder / "sshd.log", "ab"))
+            [
+                "ip",
+                "netns",
+                "exec",
+                node.namespace,
+                "unshare",
+                "--uts",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                inner,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(node.folder / "sshd.log", "ab"),
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -145,22 +169,27 @@ class NamespaceNodes:
 
     def config_toml(self, python: str, workdir: Path, cpu_binds: list[str] | None = None) -> str:
         """`[host]` and `[[nodes]]` for a campaign over these nodes (each its own workdir)."""
-        text = (f"[host]\nkind = \"ssh\"\nuser = \"root\"\nidentity_file = \"{self.client_key}\"\n"
-                f"known_hosts = \"{self.known_hosts}\"\nssh_config = \"{self.folder}/no_ssh_config\"\n"
-                f"python = \"{python}\"\n\n")
+        text = (
+            f'[host]\nkind = "ssh"\nuser = "root"\nidentity_file = "{self.client_key}"\n'
+            f'known_hosts = "{self.known_hosts}"\nssh_config = "{self.folder}/no_ssh_config"\n'
+            f'python = "{python}"\n\n'
+        )
         for node in self.nodes:
-            text += (f"[[nodes]]\nhostname = \"{node.ip}\"\nip = \"{node.ip}\"\ninterface = \"{node.interface}\"\n"
-                     f"workdir = \"{workdir}/{node.hostname}\"\n")
+            text += (
+                f'[[nodes]]\nhostname = "{node.ip}"\nip = "{node.ip}"\ninterface = "{node.interface}"\n'
+                f'workdir = "{workdir}/{node.hostname}"\n'
+            )
             if cpu_binds:
-                text += f"cpu_bind = \"{cpu_binds[node.index % len(cpu_binds)]}\"\n"
+                text += f'cpu_bind = "{cpu_binds[node.index % len(cpu_binds)]}"\n'
             text += "\n"
         return text
 
     def stop(self) -> None:
         """Every process in the namespaces killed, the namespaces and the bridge removed."""
         for node in self.nodes:
-            pids = subprocess.run(["ip", "netns", "pids", node.namespace], capture_output=True,
-                                  text=True).stdout.split()
+            pids = subprocess.run(
+                ["ip", "netns", "pids", node.namespace], capture_output=True, text=True
+            ).stdout.split()
             for pid in pids:
                 try:
                     os.kill(int(pid), signal.SIGKILL)

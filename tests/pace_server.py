@@ -30,8 +30,15 @@ DIE_AFTER = {"n": 0}
 CAPACITY: dict = {}
 
 
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttft: float, pace: float,
-                 fail_every: int, stall: float, tail: float) -> None:
+async def handle(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    ttft: float,
+    pace: float,
+    fail_every: int,
+    stall: float,
+    tail: float,
+) -> None:
     try:
         while True:
             request_line = await reader.readline()
@@ -45,15 +52,26 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
             method, path, _ = request_line.decode().split(" ", 2)
             if path == "/stats":
                 payload = json.dumps(RECORDS).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(payload)).encode()
+                    + b"\r\n\r\n"
+                    + payload
+                )
                 await writer.drain()
                 continue
             if path in ("/health", "/v1/models"):
-                payload = b"" if path == "/health" else json.dumps(
-                    {"object": "list", "data": [{"id": os.environ.get("PACE_MODEL", "pace")}]}).encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                             + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+                payload = (
+                    b""
+                    if path == "/health"
+                    else json.dumps({"object": "list", "data": [{"id": os.environ.get("PACE_MODEL", "pace")}]}).encode()
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(payload)).encode()
+                    + b"\r\n\r\n"
+                    + payload
+                )
                 await writer.drain()
                 continue
             if path not in ("/v1/completions", "/v1/chat/completions"):
@@ -65,15 +83,21 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
                 os._exit(1)
             if fail_every and COUNTER["n"] % fail_every == 0:
                 message = b'{"error": "injected failure"}'
-                writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: " + str(len(message)).encode() + b"\r\n\r\n" + message)
+                writer.write(
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: " + str(len(message)).encode() + b"\r\n\r\n" + message
+                )
                 await writer.drain()
                 continue
             request = json.loads(body)
             tokens = request["max_tokens"]
             prompt = request["messages"][-1]["content"] if "messages" in request else request["prompt"]
-            slow = any(int(a) <= COUNTER["n"] <= int(b) for a, _, b in
-                       (part.partition("-") for part in filter(None, os.environ.get("PACE_SLOW", "").split(","))))
+            slow = any(
+                int(a) <= COUNTER["n"] <= int(b)
+                for a, _, b in (
+                    part.partition("-") for part in filter(None, os.environ.get("PACE_SLOW", "").split(","))
+                )
+            )
             factor = float(os.environ.get("PACE_SLOW_FACTOR", "3")) if slow else 1.0
             async with CAPACITY["slots"]:
                 await stream(writer, tokens, ttft, pace * factor, stall, tail, path, prompt)
@@ -83,8 +107,16 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ttf
         writer.close()
 
 
-async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: float, stall: float,
-                 tail: float, path: str = "/v1/completions", prompt: object = None) -> None:
+async def stream(
+    writer: asyncio.StreamWriter,
+    tokens: int,
+    ttft: float,
+    pace: float,
+    stall: float,
+    tail: float,
+    path: str = "/v1/completions",
+    prompt: object = None,
+) -> None:
     loop = asyncio.get_running_loop()
     received = loop.time()
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
@@ -97,8 +129,11 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
         # Absolute deadlines, so sleep overshoot does not accumulate into the pace.
         delay = stall if index >= tokens // 2 and tokens > 1 else 0.0
         await asyncio.sleep(max(0.0, received + ttft + index * pace + delay - loop.time()))
-        chunk(b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n' if path.endswith("chat/completions")
-              else b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n')
+        chunk(
+            b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+            if path.endswith("chat/completions")
+            else b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n'
+        )
         await writer.drain()
         last_at = time.perf_counter()
         if first_at is None:
@@ -108,8 +143,14 @@ async def stream(writer: asyncio.StreamWriter, tokens: int, ttft: float, pace: f
     chunk(b"data: [DONE]\n\n")
     chunk(b"")
     await writer.drain()
-    RECORDS.append({"tokens": tokens, "tpot_s": (last_at - first_at) / (tokens - 1) if tokens > 1 else None,
-                    "path": path, "prompt": prompt})
+    RECORDS.append(
+        {
+            "tokens": tokens,
+            "tpot_s": (last_at - first_at) / (tokens - 1) if tokens > 1 else None,
+            "path": path,
+            "prompt": prompt,
+        }
+    )
 
 
 def flags(argv: list[str]) -> tuple[list[str], dict[str, float]]:
@@ -132,13 +173,18 @@ async def main() -> None:
     positional, given = flags(sys.argv[1:])
     sys.argv[1:] = positional
     port, ttft_ms, pace_ms = int(sys.argv[1]), float(sys.argv[2]), given.get("--pace-ms", float(sys.argv[3]))
-    fail_every, stall_ms, tail_ms = (int(sys.argv[4]) if len(sys.argv) > 4 else 0,
-                                     *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]))
+    fail_every, stall_ms, tail_ms = (
+        int(sys.argv[4]) if len(sys.argv) > 4 else 0,
+        *(float(a) for a in (sys.argv[5:7] + ["0", "0"])[:2]),
+    )
     DIE_AFTER["n"] = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     CAPACITY["slots"] = asyncio.Semaphore(int(os.environ.get("PACE_CAPACITY") or 1_000_000))
     server = await asyncio.start_server(
         lambda r, w: handle(r, w, ttft_ms / 1000, pace_ms / 1000, fail_every, stall_ms / 1000, tail_ms / 1000),
-        "127.0.0.1", port, backlog=1024)
+        "127.0.0.1",
+        port,
+        backlog=1024,
+    )
     print("ready", flush=True)
     async with server:
         await server.serve_forever()

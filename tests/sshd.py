@@ -31,11 +31,13 @@ def keygen(path: Path, kind: str = "ed25519") -> None:
 
 def sshd_config(listen: str, port: int, host_key: Path, folder: Path) -> str:
     """Keys only, no PAM, sftp for file copies, room for the many channels a campaign opens."""
-    return (f"Port {port}\nListenAddress {listen}\nHostKey {host_key}\n"
-            f"PidFile {folder}/sshd.pid\nAuthorizedKeysFile {folder}/authorized_keys\n"
-            "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-            "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nMaxStartups 100\n"
-            "MaxSessions 100\nClientAliveInterval 5\n")
+    return (
+        f"Port {port}\nListenAddress {listen}\nHostKey {host_key}\n"
+        f"PidFile {folder}/sshd.pid\nAuthorizedKeysFile {folder}/authorized_keys\n"
+        "StrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+        "PermitRootLogin prohibit-password\nSubsystem sftp internal-sftp\nMaxStartups 100\n"
+        "MaxSessions 100\nClientAliveInterval 5\n"
+    )
 
 
 @dataclass
@@ -72,8 +74,11 @@ class Sshd:
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {public[0]} {public[1]}\n")
 
     def start(self) -> None:
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
-                                        stdout=subprocess.DEVNULL, stderr=open(self.folder / "sshd.log", "ab"))
+        self.process = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.folder / "sshd.log", "ab"),
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -98,10 +103,10 @@ class Sshd:
 
     def config_toml(self, workdir: Path, python: str) -> str:
         return (
-            "[host]\nkind = \"ssh\"\nhostname = \"127.0.0.1\"\n"
-            f"port = {self.port}\nuser = \"{self.user}\"\nidentity_file = \"{self.client_key}\"\n"
-            f"known_hosts = \"{self.known_hosts}\"\nssh_config = \"{self.folder}/no_ssh_config\"\n"
-            f"workdir = \"{workdir}\"\npython = \"{python}\"\n"
+            '[host]\nkind = "ssh"\nhostname = "127.0.0.1"\n'
+            f'port = {self.port}\nuser = "{self.user}"\nidentity_file = "{self.client_key}"\n'
+            f'known_hosts = "{self.known_hosts}"\nssh_config = "{self.folder}/no_ssh_config"\n'
+            f'workdir = "{workdir}"\npython = "{python}"\n'
         )
 
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 def test_the_bench_runs_with_the_servers_service_env_and_the_findings_say_so(tmp_path: Path, tiny_model: Path) -> None:
     """What the ranks saw is recorded by the ranks themselves (their os.environ), so a setting
     lost on the way (the bench started with its own environment) fails this."""
-    (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "campaign.toml").write_text(
+        textwrap.dedent(f"""\
         [campaign]
         name = "comm"
         phases = ["allreduce"]
@@ -29,7 +30,8 @@ def test_the_bench_runs_with_the_servers_service_env_and_the_findings_say_so(tmp
         sweep_min_bytes = 4096
         sweep_max_bytes = 4096
         iterations = 5
-        """))
+        """)
+    )
     done = run_cli(["resume", "--no-check"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     result = load_state(tmp_path / "state" / "todo.json").by_id()["allreduce_bench"].result

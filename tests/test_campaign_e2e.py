@@ -39,8 +39,11 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def direct_count(trace_path: Path) -> dict[str, float]:
     document = json.loads(gzip.decompress(trace_path.read_bytes()))
     events = [e for e in document["traceEvents"] if e.get("ph") == "X"]
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events
-             if e.get("cat") == "user_annotation" and (m := STEP.fullmatch(e["name"])) and int(m[2]) > 0]
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "user_annotation" and (m := STEP.fullmatch(e["name"])) and int(m[2]) > 0
+    ]
     calls = 0
     comm_us = 0.0
     for event in events:
@@ -57,8 +60,12 @@ def direct_count(trace_path: Path) -> dict[str, float]:
             last_end[tid] = ts - negative_dur
             if any(start <= ts <= end for start, end in steps):
                 op_us += -negative_dur
-    return {"steps": len(steps), "calls_per_step": calls / len(steps), "comm_ms_per_step": comm_us / 1000 / len(steps),
-            "op_ms_per_step": op_us / 1000 / len(steps)}
+    return {
+        "steps": len(steps),
+        "calls_per_step": calls / len(steps),
+        "comm_ms_per_step": comm_us / 1000 / len(steps),
+        "op_ms_per_step": op_us / 1000 / len(steps),
+    }
 
 
 def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
@@ -67,8 +74,11 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
     stdout = (campaign / "stdout.txt").read_text()
     # One load for the campaign, one for each of the embedded default's two experiments.
     launches = [line for line in stdout.splitlines() if "launched vllm-cpu server" in line]
-    assert [line.split("]")[0] for line in launches] == ["[service_ready", "[exp_lower_tp_service_ready",
-                                                         "[exp_speculative_decoding_service_ready"]
+    assert [line.split("]")[0] for line in launches] == [
+        "[service_ready",
+        "[exp_lower_tp_service_ready",
+        "[exp_speculative_decoding_service_ready",
+    ]
     assert "--tensor-parallel-size 1" in launches[1] and '"method": "ngram"' in launches[2]
     todos = state.by_id()
     assert todos["service_ready"].result["load"]["startup_complete"] is True
@@ -77,7 +87,9 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
     # Prompts start with a unique id: the real server's own counters show no prefix-cache reuse,
     # though the levels' runs follow a warmup and each other.
     for level in [single, *todos["macro_sweep"].result["levels"]]:
-        assert level["prefix_cache_hit_pct"] is not None and level["prefix_cache_hit_pct"] < 1, level["prefix_cache_hit_pct"]
+        assert level["prefix_cache_hit_pct"] is not None and level["prefix_cache_hit_pct"] < 1, level[
+            "prefix_cache_hit_pct"
+        ]
     assert todos["gemm_bench"].result["copy_ceiling_gbps"] > 0
     allreduce = todos["allreduce_bench"].result
     assert allreduce["backend"] == "gloo"
@@ -108,8 +120,10 @@ def test_findings_agree_with_direct_count_over_traces(campaign: Path) -> None:
         assert rank["categories"]["gemm"]["calls_per_step"] == 17
     findings = (campaign / "reports" / "default" / "findings.md").read_text()
     rank0 = analysis["ranks"][0]["categories"]["communication"]
-    assert (f"{rank0['share_pct']:.1f}% of decode device time" in findings
-            and f"{rank0['calls_per_step']:.0f} calls" in findings)
+    assert (
+        f"{rank0['share_pct']:.1f}% of decode device time" in findings
+        and f"{rank0['calls_per_step']:.0f} calls" in findings
+    )
     assert f"| communication | {rank0['calls_per_step']:.1f} |" in findings
     # 2 all-reduces a layer + 1 for the 4-layer tiny model, as config.json predicts.
     assert "| all-reduces a decode step | config: 9 | trace: 9.0 | match |" in findings

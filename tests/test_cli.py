@@ -42,8 +42,12 @@ def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp
     kills = 0
     completed_before: list[tuple[set[str], int]] = []
     while kills < 25:
-        process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrate", "resume"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(rng.uniform(0.05, 0.9))
         if process.poll() is not None:
             assert process.returncode == 0, process.stderr.read()
@@ -69,8 +73,12 @@ def test_sigkill_at_random_moments_never_corrupts_state_nor_reruns_completed(tmp
 
 def test_second_resume_on_the_same_state_is_refused_with_holder_pid(tmp_path: Path) -> None:
     write_command_campaign(tmp_path, [("slow", "sleep 5", [])])
-    first = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         lock = tmp_path / "state" / "todo.json.lock"
         for _ in range(100):
@@ -106,8 +114,15 @@ def test_unknown_schema_version_and_bad_field_are_named(tmp_path: Path) -> None:
     state.write_text(json.dumps({"schema_version": 9, "campaign": "x", "todos": []}))
     result = run_cli(["status"], tmp_path)
     assert result.returncode == 2 and "schema_version" in result.stderr and "9" in result.stderr
-    state.write_text(json.dumps({"schema_version": 2, "campaign": "x",
-                                 "todos": [{"id": "a", "content": "c", "kind": "k", "status": "done"}]}))
+    state.write_text(
+        json.dumps(
+            {
+                "schema_version": 2,
+                "campaign": "x",
+                "todos": [{"id": "a", "content": "c", "kind": "k", "status": "done"}],
+            }
+        )
+    )
     result = run_cli(["status"], tmp_path)
     assert result.returncode == 2 and "todos.0.status" in result.stderr
     # A file of the previous schema (untyped results): one line with the way out, file untouched.
@@ -122,10 +137,10 @@ def test_unknown_schema_version_and_bad_field_are_named(tmp_path: Path) -> None:
 def test_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "campaign.toml"
     cases = {
-        "[campaign]\nname = \"x\"\ncolour = \"red\"\n": "campaign.colour': unknown key",
+        '[campaign]\nname = "x"\ncolour = "red"\n': "campaign.colour': unknown key",
         "[campaign\n": "not valid TOML",
         "[service]\ntensor_parallel = 0\n": "service.tensor_parallel",
-        "[host]\nkind = \"ssh\"\n": "host.alias",
+        '[host]\nkind = "ssh"\n': "host.alias",
     }
     for text, expected in cases.items():
         config.write_text(text)
@@ -144,8 +159,13 @@ def test_cycle_in_config_prints_path(tmp_path: Path) -> None:
 
 def test_failed_command_keeps_output_tail_and_reset_then_resume(tmp_path: Path) -> None:
     flag = tmp_path / "fixed"
-    write_command_campaign(tmp_path, [("probe", f"echo checking; test -e {flag} || (echo no flag >&2; exit 7)", []),
-                                      ("after", "echo after", ["probe"])])
+    write_command_campaign(
+        tmp_path,
+        [
+            ("probe", f"echo checking; test -e {flag} || (echo no flag >&2; exit 7)", []),
+            ("after", "echo after", ["probe"]),
+        ],
+    )
     result = run_cli(["resume"], tmp_path)
     assert result.returncode == 1 and "exited 7" in result.stderr
     todo = load_state(tmp_path / "state" / "todo.json").by_id()["probe"]
@@ -174,16 +194,29 @@ def test_human_notes_survive_regeneration(tmp_path: Path) -> None:
 def test_schema_command_prints_json_schema(tmp_path: Path) -> None:
     result = run_cli(["schema"], tmp_path)
     schema = json.loads(result.stdout)
-    assert set(schema["$defs"]["Todo"]["properties"]) >= {"content", "priority", "status", "depends_on",
-                                                         "attempts", "error", "result"}
+    assert set(schema["$defs"]["Todo"]["properties"]) >= {
+        "content",
+        "priority",
+        "status",
+        "depends_on",
+        "attempts",
+        "error",
+        "result",
+    }
 
 
 def test_ctrl_c_saves_a_consistent_state_and_resume_goes_on(tmp_path: Path) -> None:
-    write_command_campaign(tmp_path, [("first", "true", []), ("slow", "sleep 30", ["first"]),
-                                      ("last", "true", ["slow"])])
-    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=interruptible)
+    write_command_campaign(
+        tmp_path, [("first", "true", []), ("slow", "sleep 30", ["first"]), ("last", "true", ["slow"])]
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interruptible,
+    )
     state_path = tmp_path / "state" / "todo.json"
     for _ in range(200):
         state = load_state(state_path) if state_path.exists() else None
@@ -207,8 +240,12 @@ def test_three_kills_inside_one_task_need_no_reset(tmp_path: Path) -> None:
     state_path = tmp_path / "state" / "todo.json"
     started = None
     for _ in range(3):
-        process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrate", "resume"],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(400):  # this run's attempt is under way (not the last run's leftover)
             state = load_state(state_path) if state_path.exists() else None
             todo = state.by_id()["long"] if state else None
@@ -229,8 +266,12 @@ def test_a_killed_controller_leaves_no_command_children(tmp_path: Path) -> None:
     """SIGKILL while a task's command runs children (as torchrun runs its ranks): none outlive us."""
     marker = "3007.5"
     write_command_campaign(tmp_path, [("ranks", f"sleep {marker} & sleep {marker} & wait", [])])
-    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
     assert len(wait_for_processes(f"sleep {marker}", 2)) == 2
     process.send_signal(signal.SIGKILL)
@@ -244,8 +285,9 @@ def test_global_options_work_after_the_subcommand_and_version_is_printed(tmp_pat
     (tmp_path / "cfg").mkdir()
     config = write_command_campaign(tmp_path / "cfg", [("only", "echo ran", [])], name="after")
     state = tmp_path / "elsewhere" / "todo.json"
-    result = run_cli(["resume", "--config", str(config), "--state", str(state), "--reports", str(tmp_path / "r")],
-                     tmp_path)
+    result = run_cli(
+        ["resume", "--config", str(config), "--state", str(state), "--reports", str(tmp_path / "r")], tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert load_state(state).by_id()["only"].status == "completed"
     assert (tmp_path / "r" / "after" / "findings.md").is_file()
@@ -254,7 +296,9 @@ def test_global_options_work_after_the_subcommand_and_version_is_printed(tmp_pat
     after = run_cli(["status", "--state", str(state)], tmp_path)
     assert before.returncode == after.returncode == 0 and "only" in before.stdout and before.stdout == after.stdout
     version = run_cli(["--version"], tmp_path)
-    assert version.returncode == 0 and version.stdout.startswith("orchestrate ") and version.stdout.split()[1][0].isdigit()
+    assert (
+        version.returncode == 0 and version.stdout.startswith("orchestrate ") and version.stdout.split()[1][0].isdigit()
+    )
     assert "--config" in run_cli(["resume", "--help"], tmp_path).stdout
 
 
@@ -283,7 +327,8 @@ def test_check_passes_on_the_default_and_names_each_problem_of_a_broken_config(t
         taken = holder.getsockname()[1]
         (tmp_path / "bad").mkdir()
         (tmp_path / "bad" / "campaign.toml").write_text(
-            f'[service]\nmodel = "{tmp_path}/no-such-model"\nport = {taken}\n')
+            f'[service]\nmodel = "{tmp_path}/no-such-model"\nport = {taken}\n'
+        )
         bad = run_cli(["check"], tmp_path / "bad", timeout=120)
     assert bad.returncode == 2
     fails = [line for line in bad.stdout.splitlines() if line.startswith("FAIL")]
@@ -307,8 +352,9 @@ def test_stop_leaves_no_process_of_ours_and_is_refused_while_a_campaign_runs(tmp
     pid_file = tmp_path / "state" / "host" / "service" / "vllm.pid"
     pid_file.parent.mkdir(parents=True)
     host = LocalHost()
-    pid = host.start_detached(["sh", "-c", f"sleep {marker} & sleep {marker} & exit 0"],
-                              str(tmp_path / "server.log"), str(pid_file))
+    pid = host.start_detached(
+        ["sh", "-c", f"sleep {marker} & sleep {marker} & exit 0"], str(tmp_path / "server.log"), str(pid_file)
+    )
 
     def ours() -> list[str]:
         return live_processes(f"sleep {marker}")
@@ -341,20 +387,25 @@ def test_resume_runs_the_preflight_once_a_configuration_and_stops_before_anythin
         return list(found)
 
     def campaign(port: int) -> Campaign:
-        return Campaign(name="c", tasks=[TaskSpec("t", "t", "command", lambda ctx: {}, inputs={"port": port})],
-                        preflight=preflight)
+        return Campaign(
+            name="c", tasks=[TaskSpec("t", "t", "command", lambda ctx: {}, inputs={"port": port})], preflight=preflight
+        )
 
     state = tmp_path / "state" / "todo.json"
     lines: list[str] = []
     preflight_at_resume(campaign(1), state, lines.append)
     preflight_at_resume(campaign(1), state, lines.append)
     assert len(calls) == 1 and (state.parent / CACHE_NAME).is_file() and "1 checks passed" in lines[0]
-    found[:] = [Check("model", "service.model: /x/config.json missing; set service.model", blocking=True),
-                Check("service.port", "taken; choose another", blocking=True)]
+    found[:] = [
+        Check("model", "service.model: /x/config.json missing; set service.model", blocking=True),
+        Check("service.port", "taken; choose another", blocking=True),
+    ]
     with pytest.raises(InputError, match="2 problems would stop the campaign"):
         preflight_at_resume(campaign(2), state, lines.append)
-    assert lines[-2:] == ["FAIL  model: service.model: /x/config.json missing; set service.model",
-                          "FAIL  service.port: taken; choose another"]
+    assert lines[-2:] == [
+        "FAIL  model: service.model: /x/config.json missing; set service.model",
+        "FAIL  service.port: taken; choose another",
+    ]
     assert not state.exists()
     found[:] = [Check("host", "ssh gpu: connection refused", blocking=True, unreachable=True)]
     with pytest.raises(HostError, match="connection refused"):

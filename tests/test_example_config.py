@@ -34,14 +34,34 @@ def test_the_example_nodes_block_uncommented_makes_a_two_node_campaign(tmp_path:
     path.write_text(text)
     config, _ = load_config(path, UNITS)
     assert [node.alias for node in config.nodes] == ["gpu-a", "gpu-b"]
-    session = Session(config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path,
-                      host_factory=lambda: host_for(config), node_host_factory=lambda i: host_for(config, i))
+    session = Session(
+        config=config,
+        state_path=tmp_path / "state" / "todo.json",
+        reports_dir=tmp_path,
+        host_factory=lambda: host_for(config),
+        node_host_factory=lambda i: host_for(config, i),
+    )
     session.enabled = frozenset({"service", "profile"})
     assert session.multi_node and [n.workdir for n in session.nodes] == ["orchestrate-work", "/scratch/orchestrate"]
-    node = NodeFacts(index=1, name="gpu-b", hostname="b", cpu_count=8, gpu_count=8, gpus=[], python="3", torch="2",
-                     vllm="0.26")
-    facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator="cuda", accelerator_source="config", gpu_count=8,
-                      gpus=[], driver=None, topology=None, python="3", torch="2", vllm="0.26", artifact="", nodes=[node])
+    node = NodeFacts(
+        index=1, name="gpu-b", hostname="b", cpu_count=8, gpu_count=8, gpus=[], python="3", torch="2", vllm="0.26"
+    )
+    facts = HostFacts(
+        uname="",
+        cpu="",
+        cpu_count=8,
+        accelerator="cuda",
+        accelerator_source="config",
+        gpu_count=8,
+        gpus=[],
+        driver=None,
+        topology=None,
+        python="3",
+        torch="2",
+        vllm="0.26",
+        artifact="",
+        nodes=[node],
+    )
     head, worker = (launch_plan(session, facts, n) for n in session.nodes)
     assert "--headless" not in head.argv and "--headless" in worker.argv
     assert worker.argv[worker.argv.index("--node-rank") + 1] == "1"

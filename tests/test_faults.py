@@ -21,8 +21,7 @@ pytestmark = pytest.mark.slow
 
 def processes(marker: str) -> list[str]:
     table = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True).stdout
-    return [line for line in table.splitlines() if marker in line and " Z" not in line[:14]
-            and "ps -eo" not in line]
+    return [line for line in table.splitlines() if marker in line and " Z" not in line[:14] and "ps -eo" not in line]
 
 
 def wait_for_status(state_path: Path, todo_id: str, status: str, timeout_s: float) -> None:
@@ -36,9 +35,11 @@ def wait_for_status(state_path: Path, todo_id: str, status: str, timeout_s: floa
 
 
 def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_completes(
-        tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path: Path, tiny_model: Path
+) -> None:
     port = free_port()
-    (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "campaign.toml").write_text(
+        textwrap.dedent(f"""\
         [campaign]
         name = "faults"
         phases = ["macro"]
@@ -51,10 +52,16 @@ def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_compl
         single_stream_requests = 2
         concurrency_max = 4
         requests_per_level = 48
-        """))
+        """)
+    )
     state_path = tmp_path / "state" / "todo.json"
-    controller = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_for_status(state_path, "macro_sweep", "in_progress", 600)
     time.sleep(1.0)
     api_server = int((tmp_path / "state" / "host" / "service" / "vllm.pid").read_text())
@@ -74,13 +81,17 @@ def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_compl
     # Nothing of either server remains: not the engine and workers the killed API server left
     # (stopped before the relaunch, or gone by themselves), not the relaunched one.
     groups = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout.split("\n")
-    alive = [line for line in groups if line.split() and line.split()[0] in (str(api_server), str(second))
-             and not line.split()[1].startswith("Z")]
+    alive = [
+        line
+        for line in groups
+        if line.split() and line.split()[0] in (str(api_server), str(second)) and not line.split()[1].startswith("Z")
+    ]
     assert alive == []
 
 
 def test_controller_killed_during_allreduce_bench_leaves_no_ranks(tmp_path: Path, tiny_model: Path) -> None:
-    (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "campaign.toml").write_text(
+        textwrap.dedent(f"""\
         [campaign]
         name = "ranks"
         phases = ["allreduce"]
@@ -88,10 +99,15 @@ def test_controller_killed_during_allreduce_bench_leaves_no_ranks(tmp_path: Path
         model = "{tiny_model}"
         [allreduce]
         iterations = 2000
-        """))
+        """)
+    )
     state_path = tmp_path / "state" / "todo.json"
-    controller = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    controller = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for_status(state_path, "allreduce_bench", "in_progress", 120)
     deadline = time.monotonic() + 60
     while len(processes("allreduce_bench.py")) < 2 and time.monotonic() < deadline:

@@ -30,8 +30,7 @@ def assemble(tmp_path: Path, fixture: Path = FIXTURE, **changes: dict) -> str:
     state_path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(fixture, state_path)
     config = config_model(UNITS).model_validate(changes)
-    session = Session(config=config, state_path=state_path, reports_dir=tmp_path / "reports",
-                      host_factory=no_host)
+    session = Session(config=config, state_path=state_path, reports_dir=tmp_path / "reports", host_factory=no_host)
     campaign = build_campaign(session, UNITS)
     state = load_state(state_path)
     check_stored_results(campaign, state, state_path)  # every stored result matches its model
@@ -42,12 +41,23 @@ def assemble(tmp_path: Path, fixture: Path = FIXTURE, **changes: dict) -> str:
 def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> None:
     text = assemble(tmp_path)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
-    assert headings == ["## Summary", "## Setup", "## What the server ran", "## Phase 1: serving benchmarks",
-                        "## Decode-step breakdown (profiler traces)",
-                        "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes",
-                        "## Phase 2b: all-reduce microbenchmarks at decode sizes", "## Cross-checks",
-                        "## Where TPOT goes (decode-step model)", "## Bottleneck analysis", "## Decision record", "## Baseline", "## How to reproduce",
-                        "## Tasks", "## Human notes"]
+    assert headings == [
+        "## Summary",
+        "## Setup",
+        "## What the server ran",
+        "## Phase 1: serving benchmarks",
+        "## Decode-step breakdown (profiler traces)",
+        "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes",
+        "## Phase 2b: all-reduce microbenchmarks at decode sizes",
+        "## Cross-checks",
+        "## Where TPOT goes (decode-step model)",
+        "## Bottleneck analysis",
+        "## Decision record",
+        "## Baseline",
+        "## How to reproduce",
+        "## Tasks",
+        "## Human notes",
+    ]
     state = load_state(FIXTURE).by_id()
     rank0 = state["analysis_breakdown"].result["ranks"][0]
     dominant = max(rank0["categories"].values(), key=lambda category: category["share_pct"])
@@ -76,20 +86,22 @@ def test_the_step_model_adds_up_to_the_profiled_tpot_and_every_option_has_a_pred
     text = assemble(tmp_path)
     state = load_state(FIXTURE).by_id()
     profiled = state["profile_capture"].result["load"]["tpot_ms"]["mean"]
-    model = text[text.index("## Where TPOT goes"):text.index("## Bottleneck analysis")]
+    model = text[text.index("## Where TPOT goes") : text.index("## Bottleneck analysis")]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in model.splitlines() if line.startswith("| ")][1:]
     *parts, total = rows
     assert total[3] == f"**{profiled:.3f}**"
     assert sum(float(row[3]) for row in parts) == pytest.approx(profiled, abs=0.001 * len(parts))
     assert parts[-1][0].startswith("rest, outside any step")  # the unexplained rest, shown
-    record = text[text.index("## Decision record"):text.index("Why each option could help")]
-    options = [[c.strip() for c in line.strip("|").split("|")] for line in record.splitlines() if line.startswith("| ")][1:]
+    record = text[text.index("## Decision record") : text.index("Why each option could help")]
+    options = [
+        [c.strip() for c in line.strip("|").split("|")] for line in record.splitlines() if line.startswith("| ")
+    ][1:]
     assert len(options) == 7
     for option in options:
         assert float(option[2]) == float(option[2]), option  # a predicted change in ms on every row
         assert option[4].startswith("`") and " with " in option[4]  # the formula and its inputs
     # Serving rows show the spread over their runs.
-    serving = text[text.index("| run | c |"):text.index("Cross-check against the server")]
+    serving = text[text.index("| run | c |") : text.index("Cross-check against the server")]
     assert serving.count(" stable |") + serving.count(" noisy |") + serving.count(" unstable |") == 5
 
 
@@ -105,8 +117,7 @@ def test_a_result_that_no_longer_matches_its_model_is_named(tmp_path: Path) -> N
     broken = tmp_path / "fixture.json"
     broken.write_text(document)
     state_path = tmp_path / "state" / "todo.json"
-    session = Session(config=config_model(UNITS)(), state_path=state_path, reports_dir=tmp_path,
-                      host_factory=no_host)
+    session = Session(config=config_model(UNITS)(), state_path=state_path, reports_dir=tmp_path, host_factory=no_host)
     with pytest.raises(OrchestrateError, match=r"todo 'analysis_breakdown' field 'result\.ranks\.0\."):
         check_stored_results(build_campaign(session, UNITS), load_state(broken), broken)
 
@@ -199,10 +210,14 @@ def test_sections_compute_and_only_the_writers_write(tmp_path: Path) -> None:
     config = config_model(UNITS).model_validate({})
     session = Session(config=config, state_path=FIXTURE, reports_dir=tmp_path / "reports", host_factory=no_host)
     folder = tmp_path / "reports" / "default"
-    findings = Findings(session, load_state(FIXTURE), folder,
-                        declared=frozenset(ref.id for unit in UNITS for ref in unit.results))
-    text = "\n".join(opening_sections(findings) + [unit.section(findings) for unit in UNITS if unit.section]
-                     + closing_sections(findings, after_decision=lambda f, rules: ""))
+    findings = Findings(
+        session, load_state(FIXTURE), folder, declared=frozenset(ref.id for unit in UNITS for ref in unit.results)
+    )
+    text = "\n".join(
+        opening_sections(findings)
+        + [unit.section(findings) for unit in UNITS if unit.section]
+        + closing_sections(findings, after_decision=lambda f, rules: "")
+    )
     assert not (tmp_path / "reports").exists()
     assert {"serving.csv", "breakdown.png", "baseline.json", "throughput.png"} <= set(findings.outputs.files)
     assert key_figures(findings) is key_figures(findings)

@@ -16,12 +16,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.heavy
 def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
-    shapes = [{"name": f"{dtype} layer", "m": 4, "k": 256, "n": 384, "dtype": dtype}
-              for dtype in ("bf16", "w4a16", "fp8")]
+    shapes = [
+        {"name": f"{dtype} layer", "m": 4, "k": 256, "n": 384, "dtype": dtype} for dtype in ("bf16", "w4a16", "fp8")
+    ]
     (tmp_path / "shapes.json").write_text(json.dumps(shapes))
-    out = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
-                          "--repeats", "3", "--group-size", "128", "--fp8-block", "128"],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tasks/gemm/remote/gemm_bench.py"),
+            str(tmp_path / "shapes.json"),
+            "--repeats",
+            "3",
+            "--group-size",
+            "128",
+            "--fp8-block",
+            "128",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
     document = json.loads(out)
     rows = {row["dtype"]: row for row in document["rows"]}
     assert document["copy_ceiling_gbps"] > 0
@@ -47,12 +62,28 @@ def test_fused_moe_rows_are_checked_and_cpu_rows_carry_the_ops_own_time(tmp_path
     """A MoE layer's routed experts (random routing, E experts, top-k): on CPU the torch fallback
     is named, checked against the per-token reference and timed; int4 experts need vLLM's CUDA
     Marlin-MoE and say so. CPU rows carry the op's profiled duration beside the call's."""
-    shapes = [{"name": "experts_fused", "m": 4, "k": 128, "n": 64, "dtype": dtype, "experts": 16, "top_k": 4}
-              for dtype in ("bf16", "w4a16")] + [{"name": "dense", "m": 1, "k": 256, "n": 256, "dtype": "bf16"}]
+    shapes = [
+        {"name": "experts_fused", "m": 4, "k": 128, "n": 64, "dtype": dtype, "experts": 16, "top_k": 4}
+        for dtype in ("bf16", "w4a16")
+    ] + [{"name": "dense", "m": 1, "k": 256, "n": 256, "dtype": "bf16"}]
     (tmp_path / "shapes.json").write_text(json.dumps(shapes))
-    out = subprocess.run([sys.executable, str(ROOT / "tasks/gemm/remote/gemm_bench.py"), str(tmp_path / "shapes.json"),
-                          "--repeats", "3", "--group-size", "32", "--threads", "1"],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tasks/gemm/remote/gemm_bench.py"),
+            str(tmp_path / "shapes.json"),
+            "--repeats",
+            "3",
+            "--group-size",
+            "32",
+            "--threads",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
     document = json.loads(out)
     fused_bf16, fused_int4, dense = document["rows"]
     assert document["info"]["threads"] == 1

@@ -69,9 +69,15 @@ def test_llama_3_1_8b_at_tp2() -> None:
 
 def test_compressed_tensors_fp8_per_channel() -> None:
     config = json.loads((CONFIGS / "llama_3_1_8b.json").read_text())
-    config["quantization_config"] = {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
-        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
-        "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "config_groups": {
+            "group_0": {
+                "weights": {"num_bits": 8, "type": "float", "strategy": "channel"},
+                "input_activations": {"num_bits": 8, "type": "float", "dynamic": True},
+            }
+        },
+    }
     derived = derive_shapes(config, 2, [1])
     assert (derived["weight_dtype"], derived["group_size"]) == ("fp8", 0)
     dtypes = {row["name"]: row["dtype"] for row in derived["shapes"]}

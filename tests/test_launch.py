@@ -28,12 +28,12 @@ def test_a_server_group_whose_leader_died_is_found_and_stopped(tmp_path: Path) -
     from tasks.service.lifecycle import ServiceLifecycle
 
     config = config_model(UNITS).model_validate({"service": {"port": 1}})  # nothing listens on 1
-    session = Session(config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path,
-                      host_factory=LocalHost)
+    session = Session(
+        config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path, host_factory=LocalHost
+    )
     lifecycle = ServiceLifecycle(session)
     host = session.host()
-    pid = host.start_detached(["sh", "-c", "sleep 300 & sleep 300 & exit 0"], str(tmp_path / "log"),
-                              lifecycle.pid_path)
+    pid = host.start_detached(["sh", "-c", "sleep 300 & sleep 300 & exit 0"], str(tmp_path / "log"), lifecycle.pid_path)
     for _ in range(100):
         if not host.is_alive(pid):
             break
@@ -72,8 +72,21 @@ def test_a_gpu_server_starts_as_the_host_pythons_module_and_keeps_the_hosts_hub_
     path.write_text('[host]\npython = "/opt/venv/bin/python"\n[service]\nmodel = "/models/m"\n')
     config, _ = load_config(path, UNITS)
     session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path, host_factory=lambda: None)
-    facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator="cuda", accelerator_source="config", gpu_count=8,
-                      gpus=[], driver=None, topology=None, python="3", torch="2", vllm="0.26", artifact="")
+    facts = HostFacts(
+        uname="",
+        cpu="",
+        cpu_count=8,
+        accelerator="cuda",
+        accelerator_source="config",
+        gpu_count=8,
+        gpus=[],
+        driver=None,
+        topology=None,
+        python="3",
+        torch="2",
+        vllm="0.26",
+        artifact="",
+    )
     plan = launch_plan(session, facts)
     assert plan.argv[:5] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.cli.main", "serve", "/models/m"]
     assert "HF_HUB_OFFLINE" not in plan.env  # a configured model follows the host's own hub settings
@@ -93,11 +106,24 @@ def test_nvlink_multicast_is_off_for_every_server_on_a_cuda_host_unless_the_user
         path = tmp_path / "campaign.toml"
         path.write_text(f'[service]\nmodel = "/models/m"\n{service}')
         config, _ = load_config(path, UNITS)
-        session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path,
-                          host_factory=lambda: None)
-        facts = HostFacts(uname="", cpu="", cpu_count=8, accelerator=accelerator, accelerator_source="config",
-                          gpu_count=8 if accelerator == "cuda" else 0, gpus=[], driver=None, topology=None,
-                          python="3", torch="2", vllm="0.26", artifact="")
+        session = Session(
+            config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path, host_factory=lambda: None
+        )
+        facts = HostFacts(
+            uname="",
+            cpu="",
+            cpu_count=8,
+            accelerator=accelerator,
+            accelerator_source="config",
+            gpu_count=8 if accelerator == "cuda" else 0,
+            gpus=[],
+            driver=None,
+            topology=None,
+            python="3",
+            torch="2",
+            vllm="0.26",
+            artifact="",
+        )
         return launch_plan(session, facts)
 
     assert plan_for("", "cuda").env.items() >= NVLINK_MULTICAST_OFF.items()
@@ -115,7 +141,8 @@ def test_a_secret_in_service_env_is_in_no_written_file(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(TINY_CONFIG))
-    (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "campaign.toml").write_text(
+        textwrap.dedent(f"""\
         [campaign]
         name = "secret"
         phases = ["service"]
@@ -124,7 +151,8 @@ def test_a_secret_in_service_env_is_in_no_written_file(tmp_path: Path) -> None:
         port = 1
         command = ["sh", "-c", "echo starting with $HF_TOKEN set; exit 3"]
         env = {{ HF_TOKEN = "{secret}" }}
-        """))
+        """)
+    )
     result = run_cli(["resume"], tmp_path, timeout=120)
     assert result.returncode == 1
     todo = load_state(tmp_path / "state" / "todo.json").by_id()["service_ready"]
@@ -150,7 +178,8 @@ def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_pa
     from tasks.service.node_deaths import fail_if_node_died
 
     path = tmp_path / "campaign.toml"
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         [host]
         kind = "ssh"
         python = "{sys.executable}"
@@ -158,23 +187,31 @@ def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_pa
         alias = "head"
         ip = "10.0.0.11"
         interface = "eth0"
-        workdir = "{tmp_path / 'node0'}"
+        workdir = "{tmp_path / "node0"}"
         [[nodes]]
         alias = "worker"
         ip = "10.0.0.12"
         interface = "eth0"
-        workdir = "{tmp_path / 'node1'}"
+        workdir = "{tmp_path / "node1"}"
         [service]
         model = "/models/m"
         tensor_parallel = 2
-        """))
+        """)
+    )
     config, _ = load_config(path, UNITS)
-    session = Session(config=config, state_path=tmp_path / "todo.json", reports_dir=tmp_path,
-                      host_factory=LocalHost, node_host_factory=lambda index: LocalHost())
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()  # a pid no process has now
-    for node, (died_at, last_line) in zip(session.nodes, [(2000.0, "EngineDeadError: the engine died"),
-                                                          (1000.0, "(Worker_TP1) decoding")], strict=True):
+    session = Session(
+        config=config,
+        state_path=tmp_path / "todo.json",
+        reports_dir=tmp_path,
+        host_factory=LocalHost,
+        node_host_factory=lambda index: LocalHost(),
+    )
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    ).stdout.strip()  # a pid no process has now
+    for node, (died_at, last_line) in zip(
+        session.nodes, [(2000.0, "EngineDeadError: the engine died"), (1000.0, "(Worker_TP1) decoding")], strict=True
+    ):
         for file, text in ((service_pid_path(session, node), gone), (service_log_path(session, node), last_line)):
             Path(file).parent.mkdir(parents=True, exist_ok=True)
             Path(file).write_text(text + "\n")
@@ -183,5 +220,7 @@ def test_with_several_nodes_gone_the_one_whose_server_died_first_is_named(tmp_pa
         fail_if_node_died(session, "during the c=1 run")
         raise AssertionError("no failure with both nodes gone")
     except TaskFailed as failed:
-        assert str(failed).startswith("vLLM on node 1 (worker) exited during the c=1 run; then on node 0 (head)"), str(failed)
+        assert str(failed).startswith("vLLM on node 1 (worker) exited during the c=1 run; then on node 0 (head)"), str(
+            failed
+        )
         assert "Worker_TP1" in failed.output_tail and "EngineDeadError" not in failed.output_tail

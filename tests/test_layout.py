@@ -33,9 +33,14 @@ print(",".join(t.status.value for t in state.todos))
 
 
 def test_the_engine_imports_and_runs_without_the_phases(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", ENGINE_ALONE, str(tmp_path / "todo.json")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-c", ENGINE_ALONE, str(tmp_path / "todo.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "completed,completed"
 
@@ -66,8 +71,12 @@ def test_no_import_cycles_and_no_module_over_400_lines() -> None:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph[name].add(target)
-    assert not any(dep.startswith(("tasks", "orchestrate."))
-                   for name, deps in graph.items() if name.startswith("orchestrator") for dep in deps)
+    assert not any(
+        dep.startswith(("tasks", "orchestrate."))
+        for name, deps in graph.items()
+        if name.startswith("orchestrator")
+        for dep in deps
+    )
     state: dict[str, int] = {}
 
     def visit(name: str, trail: list[str]) -> None:

@@ -19,10 +19,29 @@ LOADGEN = ROOT / "tasks" / "macro" / "remote" / "loadgen.py"
 
 
 def run_loadgen(port: int, concurrency: int, requests: int, output_tokens: int, *extra: str) -> dict:
-    out = subprocess.run([sys.executable, str(LOADGEN), "--port", str(port), "--model", "m",
-                          "--concurrency", str(concurrency), "--requests", str(requests),
-                          "--output-tokens", str(output_tokens), "--warmup", "0", *extra],
-                         capture_output=True, text=True, check=True, timeout=300).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(LOADGEN),
+            "--port",
+            str(port),
+            "--model",
+            "m",
+            "--concurrency",
+            str(concurrency),
+            "--requests",
+            str(requests),
+            "--output-tokens",
+            str(output_tokens),
+            "--warmup",
+            "0",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
     return json.loads(out)
 
 
@@ -107,8 +126,10 @@ def test_prompt_prefixes_are_unique_for_every_request_even_in_a_tiny_vocabulary(
 
 
 def test_a_sharegpt_file_gives_its_first_turns_each_behind_a_unique_id(pace_server, tmp_path: Path) -> None:
-    conversations = [{"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "a"}]}
-                     for i in range(3)] + [{"conversations": [{"from": "human", "value": "no reply"}]}]
+    conversations = [
+        {"conversations": [{"from": "human", "value": f"question {i}"}, {"from": "gpt", "value": "a"}]}
+        for i in range(3)
+    ] + [{"conversations": [{"from": "human", "value": "no reply"}]}]
     dataset = tmp_path / "sharegpt.json"
     dataset.write_text(json.dumps(conversations))
     port = pace_server(ttft_ms=5, pace_ms=2)
@@ -119,8 +140,23 @@ def test_a_sharegpt_file_gives_its_first_turns_each_behind_a_unique_id(pace_serv
     assert {p.split(" ", 1)[1] for p in prompts} <= {"question 0", "question 1", "question 2"}  # "no reply" left out
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
-    out = subprocess.run([sys.executable, str(LOADGEN), "--port", str(port), "--model", "m", "--dataset", "sharegpt",
-                          "--dataset-path", str(bad)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(LOADGEN),
+            "--port",
+            str(port),
+            "--model",
+            "m",
+            "--dataset",
+            "sharegpt",
+            "--dataset-path",
+            str(bad),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode != 0 and "no conversation with a first turn and a reply" in out.stderr
 
 
@@ -136,8 +172,10 @@ def test_sharegpt_requests_ask_for_their_replys_length_within_the_limits(pace_se
     conversation's reply had (words here: no tokenizer given), at most --output-tokens; a first
     turn longer than --input-tokens is cut to it (the limits `check` held against max_model_len)."""
     replies = {"short question": "yes", "medium question": "one two three four five", "long question": "w " * 50}
-    conversations = [{"conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": reply}]}
-                     for question, reply in replies.items()]
+    conversations = [
+        {"conversations": [{"from": "human", "value": question}, {"from": "gpt", "value": reply}]}
+        for question, reply in replies.items()
+    ]
     conversations.append({"conversations": [{"from": "human", "value": "p " * 100}, {"from": "gpt", "value": "ok"}]})
     dataset = tmp_path / "sharegpt.json"
     dataset.write_text(json.dumps(conversations))
@@ -171,9 +209,24 @@ def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: P
     seen: list[tuple] = []
     started = time.monotonic()
     result = LocalHost().run(
-        [sys.executable, str(tmp_path / "loadgen.py"), "--port", str(port), "--model", "m", "--requests", "12",
-         "--output-tokens", "20", "--warmup", "0", "--progress-label", "c1_r1"],
-        on_stderr_line=progress_lines(lambda *step: seen.append((time.monotonic() - started, *step))))
+        [
+            sys.executable,
+            str(tmp_path / "loadgen.py"),
+            "--port",
+            str(port),
+            "--model",
+            "m",
+            "--requests",
+            "12",
+            "--output-tokens",
+            "20",
+            "--warmup",
+            "0",
+            "--progress-label",
+            "c1_r1",
+        ],
+        on_stderr_line=progress_lines(lambda *step: seen.append((time.monotonic() - started, *step))),
+    )
     took = time.monotonic() - started
     assert json.loads(result.stdout.splitlines()[-1])["concurrency"] == 1
     assert [step[1:5] for step in seen[-1:]] == [("c1_r1", 12, 12, "requests")]

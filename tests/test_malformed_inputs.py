@@ -11,8 +11,11 @@ import pytest
 
 from orchestrate.main import main
 
-GOOD_STATE = {"schema_version": 2, "campaign": "quick", "todos": [
-    {"id": "a", "content": "c", "kind": "command", "status": "pending"}]}
+GOOD_STATE = {
+    "schema_version": 2,
+    "campaign": "quick",
+    "todos": [{"id": "a", "content": "c", "kind": "command", "status": "pending"}],
+}
 QUICK = '[campaign]\nname = "quick"\nphases = []\n[[commands]]\nid = "a"\ncontent = "c"\nrun = "true"\n'
 
 # (case, config text or None, state document or text or None, arguments, expected fragment)
@@ -23,8 +26,13 @@ CASES = [
     ("ssh without host", '[host]\nkind = "ssh"\n', None, ["resume"], "host.alias"),
     ("negative batch", "[gemm]\nbatch_sizes = [-1, 0]\n", None, ["resume"], "gemm.batch_sizes.0"),
     ("no batch", "[gemm]\nbatch_sizes = []\n", None, ["resume"], "gemm.batch_sizes"),
-    ("sweep reversed", "[allreduce]\nsweep_min_bytes = 4096\nsweep_max_bytes = 1024\n", None, ["resume"],
-     "sweep_min_bytes is above sweep_max_bytes"),
+    (
+        "sweep reversed",
+        "[allreduce]\nsweep_min_bytes = 4096\nsweep_max_bytes = 1024\n",
+        None,
+        ["resume"],
+        "sweep_min_bytes is above sweep_max_bytes",
+    ),
     ("decode tokens", "[allreduce]\ndecode_tokens = [0, -8]\n", None, ["resume"], "allreduce.decode_tokens.0"),
     ("huge concurrency", "[macro]\nconcurrency_max = 100000000\n", None, ["resume"], "macro.concurrency_max"),
     ("one output token", "[macro]\noutput_tokens = 1\n", None, ["resume"], "macro.output_tokens"),
@@ -42,44 +50,112 @@ CASES = [
     ("one repeat", "[gemm]\nrepeats = 1\n", None, ["resume"], "gemm.repeats"),
     ("one iteration", "[allreduce]\niterations = 1\n", None, ["resume"], "allreduce.iterations"),
     ("tiny context", "[service]\nmax_model_len = 8\n", None, ["resume"], "service.max_model_len"),
-    ("requests over context", "[service]\nmax_model_len = 1024\n[macro]\noutput_tokens = 2000\n", None,
-     ["resume"], "vLLM would refuse every request"),
-    ("command id", '[campaign]\nphases = []\n[[commands]]\nid = "a b"\ncontent = "c"\nrun = "true"\n', None,
-     ["resume"], "commands.0.id"),
-    ("command without run", '[campaign]\nphases = []\n[[commands]]\nid = "a"\ncontent = "c"\n', None,
-     ["resume"], "commands.0.run"),
+    (
+        "requests over context",
+        "[service]\nmax_model_len = 1024\n[macro]\noutput_tokens = 2000\n",
+        None,
+        ["resume"],
+        "vLLM would refuse every request",
+    ),
+    (
+        "command id",
+        '[campaign]\nphases = []\n[[commands]]\nid = "a b"\ncontent = "c"\nrun = "true"\n',
+        None,
+        ["resume"],
+        "commands.0.id",
+    ),
+    (
+        "command without run",
+        '[campaign]\nphases = []\n[[commands]]\nid = "a"\ncontent = "c"\n',
+        None,
+        ["resume"],
+        "commands.0.run",
+    ),
     ("unknown dependency", QUICK + 'depends_on = ["zz"]\n', None, ["resume"], "depends on unknown task 'zz'"),
-    ("cycle", '[campaign]\nphases = []\n[[commands]]\nid = "a"\ncontent = "c"\nrun = "true"\ndepends_on = ["b"]\n'
-     '[[commands]]\nid = "b"\ncontent = "c"\nrun = "true"\ndepends_on = ["a"]\n', None, ["resume"], "cycle a -> b -> a"),
-    ("id twice", QUICK + '[[commands]]\nid = "a"\ncontent = "c"\nrun = "true"\n', None, ["resume"],
-     "'a' is declared twice"),
-    ("missing key file", '[host]\nkind = "ssh"\nalias = "gpu"\nidentity_file = "/nonexistent/key"\n', None,
-     ["resume"], "host.identity_file"),
-    ("one node", '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\nip = "10.0.0.1"\ninterface = "eth0"\n', None,
-     ["resume"], "field 'nodes': one node is a single host"),
-    ("nodes local", '[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
-     'ip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"], "host.kind': nodes are reached over SSH"),
-    ("node without ip", '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
-     'ip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"], "nodes.0.ip"),
-    ("tp over nodes", '[host]\nkind = "ssh"\n[service]\ntensor_parallel = 3\n[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\n'
-     'interface = "e"\n[[nodes]]\nhostname = "b"\nip = "1.1.1.2"\ninterface = "e"\n', None, ["resume"],
-     "3 ranks do not split evenly over 2 nodes"),
+    (
+        "cycle",
+        '[campaign]\nphases = []\n[[commands]]\nid = "a"\ncontent = "c"\nrun = "true"\ndepends_on = ["b"]\n'
+        '[[commands]]\nid = "b"\ncontent = "c"\nrun = "true"\ndepends_on = ["a"]\n',
+        None,
+        ["resume"],
+        "cycle a -> b -> a",
+    ),
+    (
+        "id twice",
+        QUICK + '[[commands]]\nid = "a"\ncontent = "c"\nrun = "true"\n',
+        None,
+        ["resume"],
+        "'a' is declared twice",
+    ),
+    (
+        "missing key file",
+        '[host]\nkind = "ssh"\nalias = "gpu"\nidentity_file = "/nonexistent/key"\n',
+        None,
+        ["resume"],
+        "host.identity_file",
+    ),
+    (
+        "one node",
+        '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\nip = "10.0.0.1"\ninterface = "eth0"\n',
+        None,
+        ["resume"],
+        "field 'nodes': one node is a single host",
+    ),
+    (
+        "nodes local",
+        '[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
+        'ip = "1.1.1.2"\ninterface = "e"\n',
+        None,
+        ["resume"],
+        "host.kind': nodes are reached over SSH",
+    ),
+    (
+        "node without ip",
+        '[host]\nkind = "ssh"\n[[nodes]]\nhostname = "a"\ninterface = "e"\n[[nodes]]\nhostname = "b"\n'
+        'ip = "1.1.1.2"\ninterface = "e"\n',
+        None,
+        ["resume"],
+        "nodes.0.ip",
+    ),
+    (
+        "tp over nodes",
+        '[host]\nkind = "ssh"\n[service]\ntensor_parallel = 3\n[[nodes]]\nhostname = "a"\nip = "1.1.1.1"\n'
+        'interface = "e"\n[[nodes]]\nhostname = "b"\nip = "1.1.1.2"\ninterface = "e"\n',
+        None,
+        ["resume"],
+        "3 ranks do not split evenly over 2 nodes",
+    ),
     ("env not a table", '[service]\nenv = "x"\n', None, ["resume"], "service.env"),
     ("section not a table", "macro = 5\n", None, ["resume"], "macro"),
     ("unknown section", "[nope]\nx = 1\n", None, ["resume"], "nope': unknown key"),
     ("extra args not a list", '[service]\nextra_args = "x"\n', None, ["resume"], "service.extra_args"),
     ("config is a folder", "DIR", None, ["resume"], "is a folder; --config"),
-    ("config not UTF-8", b"[campaign]\nname = \"\xff\xfe\"\n", None, ["resume"], "not UTF-8"),
+    ("config not UTF-8", b'[campaign]\nname = "\xff\xfe"\n', None, ["resume"], "not UTF-8"),
     ("config missing", "MISSING", None, ["resume"], "no such config file"),
     ("state not JSON", QUICK, '{"schema_version": 2, "todos": [', ["resume"], "not valid JSON"),
     ("state version 9", QUICK, {**GOOD_STATE, "schema_version": 9}, ["status"], "unsupported version 9"),
     ("state version 1", QUICK, {**GOOD_STATE, "schema_version": 1}, ["resume"], "older orchestrate"),
-    ("state id twice", QUICK, {**GOOD_STATE, "todos": GOOD_STATE["todos"] * 2}, ["reset", "a"],
-     "todo id 'a' appears twice"),
-    ("negative attempts", QUICK, {**GOOD_STATE, "todos": [{**GOOD_STATE["todos"][0], "attempts": -5}]},
-     ["resume"], "todos.0.attempts"),
-    ("unknown status", QUICK, {**GOOD_STATE, "todos": [{**GOOD_STATE["todos"][0], "status": "done"}]},
-     ["status"], "todos.0.status"),
+    (
+        "state id twice",
+        QUICK,
+        {**GOOD_STATE, "todos": GOOD_STATE["todos"] * 2},
+        ["reset", "a"],
+        "todo id 'a' appears twice",
+    ),
+    (
+        "negative attempts",
+        QUICK,
+        {**GOOD_STATE, "todos": [{**GOOD_STATE["todos"][0], "attempts": -5}]},
+        ["resume"],
+        "todos.0.attempts",
+    ),
+    (
+        "unknown status",
+        QUICK,
+        {**GOOD_STATE, "todos": [{**GOOD_STATE["todos"][0], "status": "done"}]},
+        ["status"],
+        "todos.0.status",
+    ),
     ("another campaign", QUICK, {**GOOD_STATE, "campaign": "other"}, ["resume"], "holds campaign 'other'"),
     ("state is a folder", QUICK, "DIR", ["resume"], "is a folder; --state"),
     ("state under a file", QUICK, None, ["--state", "campaign.toml/todo.json", "resume"], "is a file, not a folder"),
@@ -91,14 +167,22 @@ CASES = [
 
 
 def snapshot(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in folder.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("case, config, state, args, expected", CASES, ids=[c[0] for c in CASES])
 def test_malformed_input_is_one_line_exit_2_nothing_changed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
-        case: str, config, state, args: list[str], expected: str) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    case: str,
+    config,
+    state,
+    args: list[str],
+    expected: str,
+) -> None:
     monkeypatch.chdir(tmp_path)
     argv = list(args)
     if config == "DIR":

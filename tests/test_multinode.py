@@ -82,8 +82,10 @@ def wait_for_status(state: Path, todo_id: str, status: str, process: subprocess.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"orchestrate exited {process.returncode} before {todo_id} was {status}:"
-                                 f" {process.stdout.read() if process.stdout else ''}")
+            raise AssertionError(
+                f"orchestrate exited {process.returncode} before {todo_id} was {status}:"
+                f" {process.stdout.read() if process.stdout else ''}"
+            )
         try:
             if todos(state).get(todo_id, {}).get("status") == status:
                 return
@@ -94,7 +96,8 @@ def wait_for_status(state: Path, todo_id: str, status: str, process: subprocess.
 
 
 def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end(
-        namespace_nodes: NamespaceNodes, tmp_path: Path) -> None:
+    namespace_nodes: NamespaceNodes, tmp_path: Path
+) -> None:
     workdir = tmp_path / "work"
     config = tmp_path / "campaign.toml"
     config.write_text(namespace_nodes.config_toml(sys.executable, workdir, cpu_binds=["0", "1"]) + CAMPAIGN)
@@ -103,9 +106,15 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"node 1: {namespace_nodes.nodes[1].ip} reachable (ssh)" in check.stdout
     args = [sys.executable, "-m", "orchestrate", "--config", str(config), "resume"]
-    first = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                             preexec_fn=interruptible)
+    first = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=interruptible,
+    )
     try:
         wait_for_status(state, "macro_sweep", "in_progress", first, timeout_s=600)
         time.sleep(2)
@@ -119,8 +128,10 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     assert first.returncode == 1, output
     sweep = todos(state)["macro_sweep"]
     assert sweep["status"] == "failed"
-    assert re.search(rf"vLLM on node 1 \({re.escape(namespace_nodes.nodes[1].ip)}\) exited during the c=\d+ run",
-                     sweep["error"]["message"]), sweep["error"]["message"]
+    assert re.search(
+        rf"vLLM on node 1 \({re.escape(namespace_nodes.nodes[1].ip)}\) exited during the c=\d+ run",
+        sweep["error"]["message"],
+    ), sweep["error"]["message"]
     assert "Worker_TP1" in sweep["error"]["output_tail"]  # node 1's own log, not the head's
 
     second = run_cli(["--config", str(config), "resume"], cwd=tmp_path, timeout=900)
@@ -157,23 +168,29 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     # Stopped everywhere: nothing of ours is left on either node (the sshd listener aside).
     for node in namespace_nodes.nodes:
         assert left_on(node) == []
-    print(f"two-node ready after {ready['ready_s']} s; TPOT c=1"
-          f" {done['macro_single']['result']['single_stream']['tpot_ms']['mean']:.2f} ms")
+    print(
+        f"two-node ready after {ready['ready_s']} s; TPOT c=1"
+        f" {done['macro_single']['result']['single_stream']['tpot_ms']['mean']:.2f} ms"
+    )
 
 
 def test_a_worker_node_that_cannot_start_fails_the_start_fast_and_stop_cleans_every_node(
-        namespace_nodes: NamespaceNodes, tmp_path: Path) -> None:
+    namespace_nodes: NamespaceNodes, tmp_path: Path
+) -> None:
     # The injected fault: node 1's python runs everything but the vLLM launcher, which exits 3.
     broken = tmp_path / "python-without-vllm"
-    broken.write_text(f'#!/bin/sh\ncase "$*" in *vllm_cli.py*) echo "boom: no vLLM on this node" >&2; exit 3;; esac\n'
-                      f'exec {sys.executable} "$@"\n')
+    broken.write_text(
+        f'#!/bin/sh\ncase "$*" in *vllm_cli.py*) echo "boom: no vLLM on this node" >&2; exit 3;; esac\n'
+        f'exec {sys.executable} "$@"\n'
+    )
     broken.chmod(0o755)
     config = tmp_path / "campaign.toml"
     text = namespace_nodes.config_toml(sys.executable, tmp_path / "work", cpu_binds=["0", "1"])
     marker = f'workdir = "{tmp_path / "work"}/node1"\n'
     text = text.replace(marker, marker + f'python = "{broken}"\n')
-    config.write_text(text + CAMPAIGN.replace('phases = ["macro", "profile", "analysis", "allreduce"]',
-                                              'phases = ["macro"]'))
+    config.write_text(
+        text + CAMPAIGN.replace('phases = ["macro", "profile", "analysis", "allreduce"]', 'phases = ["macro"]')
+    )
     state = tmp_path / "state" / "todo.json"
     started = time.monotonic()
     first = run_cli(["--config", str(config), "resume"], cwd=tmp_path, timeout=600)
@@ -185,8 +202,10 @@ def test_a_worker_node_that_cannot_start_fails_the_start_fast_and_stop_cleans_ev
     # the next resume sees its worker gone and stops it before launching both again.
     second = run_cli(["--config", str(config), "resume"], cwd=tmp_path, timeout=600)
     assert second.returncode == 1
-    assert (f"the server's part on node 1 ({namespace_nodes.nodes[1].ip}) is gone; stopping the other nodes'"
-            " parts to relaunch them all") in second.stdout, second.stdout
+    assert (
+        f"the server's part on node 1 ({namespace_nodes.nodes[1].ip}) is gone; stopping the other nodes'"
+        " parts to relaunch them all"
+    ) in second.stdout, second.stdout
     print(f"a worker that cannot start: two resumes failed in {time.monotonic() - started:.0f} s")
     stopped = run_cli(["--config", str(config), "stop"], cwd=tmp_path, timeout=300)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr

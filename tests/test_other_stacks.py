@@ -166,20 +166,38 @@ def _trace(path: Path, events: list[dict], **meta: object) -> Path:
 
 
 def _kernel(name: str, ts: float, dur: float, correlation: int = -1) -> dict:
-    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "tid": 7,
-            "args": {"correlation": correlation}}
+    return {
+        "ph": "X",
+        "cat": "kernel",
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "tid": 7,
+        "args": {"correlation": correlation},
+    }
 
 
 def test_an_uncovered_family_is_named_and_fails_strict(tmp_path: Path) -> None:
     """A made-up kernel family (the fault injected) at 30% of device time: named with its share
     and the rule file; --strict exits 2 with one line; a family under 2% is not named."""
-    events = [{"ph": "X", "cat": "gpu_user_annotation", "name": "execute_context_0(0)_generation_1(1)",
-               "ts": 0.0, "dur": 1000.0, "tid": 7},
-              _kernel("nvjet_sm90_tst_64x8", 10, 690), _kernel("zz_newstack_fused_thing<1>(int)", 700, 290),
-              _kernel("qq_tiny_kernel", 995, 4)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": "execute_context_0(0)_generation_1(1)",
+            "ts": 0.0,
+            "dur": 1000.0,
+            "tid": 7,
+        },
+        _kernel("nvjet_sm90_tst_64x8", 10, 690),
+        _kernel("zz_newstack_fused_thing<1>(int)", 700, 290),
+        _kernel("qq_tiny_kernel", 995, 4),
+    ]
     trace = _trace(tmp_path / "t.json.gz", events)
     rank = analyze_trace(trace, Classifier())
-    assert [(u["family"], round(u["share_pct"])) for u in rank["uncategorised"]] == [("zz_newstack_fused", 29)]  # 290 of 984 µs
+    assert [(u["family"], round(u["share_pct"])) for u in rank["uncategorised"]] == [
+        ("zz_newstack_fused", 29)
+    ]  # 290 of 984 µs
     out = run_cli(["analyze", str(trace)], tmp_path, timeout=120)
     assert out.returncode == 0 and "Uncategorised: `zz_newstack_fused` is 29.5%" in " ".join(out.stdout.split())
     strict = run_cli(["analyze", str(trace), "--strict"], tmp_path, timeout=120)
@@ -194,12 +212,22 @@ def test_cpu_only_step_marks_attribute_kernels_by_their_launch(tmp_path: Path) -
     events = []
     for step in range(2):
         t0 = step * 1000.0
-        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "ts": t0, "dur": 400.0,
-                       "tid": 1})
+        events.append(
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "ts": t0, "dur": 400.0, "tid": 1}
+        )
         for index, (launch, start) in enumerate(((t0 + 10, t0 + 50), (t0 + 300, t0 + 600))):
             correlation = step * 10 + index
-            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": launch, "dur": 5.0,
-                           "tid": 1, "args": {"correlation": correlation}})
+            events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel",
+                    "ts": launch,
+                    "dur": 5.0,
+                    "tid": 1,
+                    "args": {"correlation": correlation},
+                }
+            )
             events.append(_kernel("nvjet_sm90_tst_64x8", start, 200.0, correlation))
     rank = analyze_trace(_trace(tmp_path / "cpu_marked.json.gz", events), Classifier(), marker=step_marker("auto"))
     assert rank["attributed_by"] == "launch" and rank["decode_steps"] == 2
@@ -210,13 +238,16 @@ def test_cpu_only_step_marks_attribute_kernels_by_their_launch(tmp_path: Path) -
 def test_vllm_annotations_with_any_text_and_sglang_batches_mark_steps(tmp_path: Path) -> None:
     """vLLM's `execute_context_1(888_788544)_generation_0(0)` (B200 build: tokens and their
     square) is a prefill step of 888 tokens; SGLang's `step[DECODE bs=32]` a decode step of 32."""
-    for name, kind, _prefill_tokens, decode in (("execute_context_1(888_788544)_generation_0(0)", "prefill", 888, 0),
-                                        ("execute_32_context_0(sq0sk0)_generation_32(sq32sk100)", "decode", 0, 32),
-                                        ("step[DECODE bs=32]", "decode", 0, 32)):
-        events = [{"ph": "X", "cat": "gpu_user_annotation", "name": name, "ts": 0.0, "dur": 100.0, "tid": 7},
-                  _kernel("nvjet_sm90_tst_64x8", 10, 50)]
-        rank = analyze_trace(_trace(tmp_path / "s.json.gz", events), Classifier(),
-                             marker=step_marker("auto"))
+    for name, kind, _prefill_tokens, decode in (
+        ("execute_context_1(888_788544)_generation_0(0)", "prefill", 888, 0),
+        ("execute_32_context_0(sq0sk0)_generation_32(sq32sk100)", "decode", 0, 32),
+        ("step[DECODE bs=32]", "decode", 0, 32),
+    ):
+        events = [
+            {"ph": "X", "cat": "gpu_user_annotation", "name": name, "ts": 0.0, "dur": 100.0, "tid": 7},
+            _kernel("nvjet_sm90_tst_64x8", 10, 50),
+        ]
+        rank = analyze_trace(_trace(tmp_path / "s.json.gz", events), Classifier(), marker=step_marker("auto"))
         assert (rank["steps_kind"], rank["decode_steps"]) == (kind, 1), name
         assert rank["decode_tokens_per_step"] == decode
         if kind == "prefill":
@@ -227,8 +258,10 @@ def test_a_training_trace_and_unrelated_traces_are_flagged(tmp_path: Path) -> No
     """Backward kernels over 5% of device time: a training trace. Three files all saying rank 0
     with different world sizes: not one run's ranks; no imbalance is computed between them."""
     backward = [_kernel("void flash::FlashAttnBwd<1>(int)", 0, 60), _kernel("nvjet_sm90_tst_64x8", 70, 40)]
-    paths = {i: _trace(tmp_path / f"t{i}.json.gz", backward, distributedInfo={"rank": 0, "world_size": 2 + i})
-             for i in range(3)}
+    paths = {
+        i: _trace(tmp_path / f"t{i}.json.gz", backward, distributedInfo={"rank": 0, "world_size": 2 + i})
+        for i in range(3)
+    }
     result = analyze_ranks(paths)
     assert [r["rank"] for r in result["ranks"]] == [0, 1, 2]
     assert result["warnings"][0].startswith("3 traces say they are rank 0")

@@ -40,7 +40,7 @@ INFO init engine (profile, create kv cache, warmup model) took 40.28 s (compilat
 def test_vllm_log_is_read_the_same_in_any_chunking(chunk: int) -> None:
     progress = LoadProgress()
     for start in range(0, len(CPU_LOG), chunk):
-        progress.feed(CPU_LOG[start:start + chunk])
+        progress.feed(CPU_LOG[start : start + chunk])
     assert (progress.shards_done, progress.shards_total, progress.shard_percent) == (64, 64, 100)
     assert progress.weights_load_s == 0.05 and progress.kv_cache_tokens == 7280
     assert progress.engine_init_s == 46.46 and progress.startup_complete and progress.phase == "ready"
@@ -63,13 +63,21 @@ def test_vllm_026_gpu_lines_and_a_fatal_line() -> None:
 
 
 def test_capture_finds_dense_and_moe_rank_traces_not_the_api_servers() -> None:
-    files = {"rank0.100.pt.trace.json.gz": 5, "rank1.101.pt.trace.json.gz": 5,
-             "host_77.async_llm.102.pt.trace.json.gz": 9}
+    files = {
+        "rank0.100.pt.trace.json.gz": 5,
+        "rank1.101.pt.trace.json.gz": 5,
+        "host_77.async_llm.102.pt.trace.json.gz": 9,
+    }
     assert rank_traces(files, 2) == {0: "rank0.100.pt.trace.json.gz", 1: "rank1.101.pt.trace.json.gz"}
-    moe = {"dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz": 5,
-           "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz": 5, "h_1.async_llm.202.pt.trace.json.gz": 9}
-    assert rank_traces(moe, 2) == {0: "dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz",
-                                   1: "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz"}
+    moe = {
+        "dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz": 5,
+        "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz": 5,
+        "h_1.async_llm.202.pt.trace.json.gz": 9,
+    }
+    assert rank_traces(moe, 2) == {
+        0: "dp0_pp0_tp0_dcp0_ep0_rank0.200.pt.trace.json.gz",
+        1: "dp0_pp0_tp1_dcp0_ep1_rank1.201.pt.trace.json.gz",
+    }
     assert rank_traces(moe, 4) == rank_traces(moe, 2)  # ranks 2 and 3 not written yet
 
 
@@ -78,8 +86,13 @@ def test_an_earlier_capture_is_reused_only_whole_and_with_the_same_settings(tmp_
     traces.mkdir()
     (traces / "rank0.1.pt.trace.json.gz").write_bytes(b"x" * 10)
     settings = {"requests": 4, "output_tokens": 32, "input_tokens": 64}
-    manifest = CaptureManifest(ranks={"0": "rank0.1.pt.trace.json.gz"}, stop_profile_s=1.0,
-                               files={"rank0.1.pt.trace.json.gz": 10}, folder=str(traces), **settings)
+    manifest = CaptureManifest(
+        ranks={"0": "rank0.1.pt.trace.json.gz"},
+        stop_profile_s=1.0,
+        files={"rank0.1.pt.trace.json.gz": 10},
+        folder=str(traces),
+        **settings,
+    )
     (tmp_path / "manifest.json").write_text(manifest.model_dump_json())
     assert safe_manifest(tmp_path, settings) == manifest
     assert safe_manifest(tmp_path, {**settings, "output_tokens": 64}) is None  # other settings
@@ -89,40 +102,97 @@ def test_an_earlier_capture_is_reused_only_whole_and_with_the_same_settings(tmp_
     assert safe_manifest(tmp_path, settings) is None
 
 
-BASE = {"tp": 2, "cuda": 1, "quantized": 0, "tpot_ms": 10.0, "tpot_spread_pct": 1.0, "decode_tpot_ms": 10.0,
-        "comm_ms": 3.0, "gemm_ms": 4.0, "attention_ms": 1.0, "moe_ms": 0.0, "comm_share_pct": 30.0,
-        "gemm_share_pct": 40.0, "attention_share_pct": 10.0, "moe_share_pct": 0.0, "comm_typical_ms": 1.0,
-        "comm_wait_ms": 2.0, "comm_wait_min_rank_ms": 0.1, "ar_calls": 100.0, "ar_trace_p50_us": 20.0,
-        "ar_micro_us": 30.0, "ar_best_us": 30.0, "ar_alternatives": 2.0, "a2a_estimate_us": 0.0,
-        "moe_layers": 0.0, "fits_half_tp": 1.0, "w4a16_gemm_delta_ms": 2.0, "w4a16_vs_bf16_speedup": 2.0,
-        "spec_verify_extra_ms": 0.5, "spec_expected_tokens": 2.0, "weight_floor_ms": 2.0,
-        "spec_accept_rate": 0.6, "spec_tokens": 3.0, "kv_fp8_bytes_ratio": 0.5, "kv_fp8_overhead_us_per_layer": 2.0,
-        "half_tp_gemm_factor": 2.0, "moe_w4a16_time_ratio": 0.5, "kv_read_ms": 1.2, "layers": 32.0}
+BASE = {
+    "tp": 2,
+    "cuda": 1,
+    "quantized": 0,
+    "tpot_ms": 10.0,
+    "tpot_spread_pct": 1.0,
+    "decode_tpot_ms": 10.0,
+    "comm_ms": 3.0,
+    "gemm_ms": 4.0,
+    "attention_ms": 1.0,
+    "moe_ms": 0.0,
+    "comm_share_pct": 30.0,
+    "gemm_share_pct": 40.0,
+    "attention_share_pct": 10.0,
+    "moe_share_pct": 0.0,
+    "comm_typical_ms": 1.0,
+    "comm_wait_ms": 2.0,
+    "comm_wait_min_rank_ms": 0.1,
+    "ar_calls": 100.0,
+    "ar_trace_p50_us": 20.0,
+    "ar_micro_us": 30.0,
+    "ar_best_us": 30.0,
+    "ar_alternatives": 2.0,
+    "a2a_estimate_us": 0.0,
+    "moe_layers": 0.0,
+    "fits_half_tp": 1.0,
+    "w4a16_gemm_delta_ms": 2.0,
+    "w4a16_vs_bf16_speedup": 2.0,
+    "spec_verify_extra_ms": 0.5,
+    "spec_expected_tokens": 2.0,
+    "weight_floor_ms": 2.0,
+    "spec_accept_rate": 0.6,
+    "spec_tokens": 3.0,
+    "kv_fp8_bytes_ratio": 0.5,
+    "kv_fp8_overhead_us_per_layer": 2.0,
+    "half_tp_gemm_factor": 2.0,
+    "moe_w4a16_time_ratio": 0.5,
+    "kv_read_ms": 1.2,
+    "layers": 32.0,
+}
 
 # (option, figures changed from BASE, decision, the clause or figure the reason must name, gain ms)
 DECISION_CASES = [
     ("allreduce_implementation", {"tp": 1}, "not applicable", "tp > 1 (tp = 1) is false", 0.0),
-    ("allreduce_implementation", {"ar_alternatives": 0.0}, "not applicable",
-     "ar_alternatives >= 1 (ar_alternatives = 0) is false", 0.0),
+    (
+        "allreduce_implementation",
+        {"ar_alternatives": 0.0},
+        "not applicable",
+        "ar_alternatives >= 1 (ar_alternatives = 0) is false",
+        0.0,
+    ),
     ("allreduce_implementation", {"ar_best_us": 12.0}, "prioritised", "predicted +1.800 ms (+18.0% of TPOT)", 1.8),
     ("allreduce_implementation", {"ar_best_us": 29.0}, "not pursued", "below min_gain_pct (3% of TPOT)", 0.1),
-    ("allreduce_implementation", {"ar_best_us": 27.0, "tpot_spread_pct": 8.0}, "not pursued",
-     "below TPOT's measured spread (8.0%)", 0.3),
+    (
+        "allreduce_implementation",
+        {"ar_best_us": 27.0, "tpot_spread_pct": 8.0},
+        "not pursued",
+        "below TPOT's measured spread (8.0%)",
+        0.3,
+    ),
     ("allreduce_implementation", {"ar_best_us": None}, "left to investigate", "not measured here: ar_best_us", None),
     ("rank_alignment", {"tp": 1}, "not applicable", "tp > 1 (tp = 1) is false", 0.1),
     ("rank_alignment", {"comm_wait_min_rank_ms": 1.5}, "prioritised", "applies: tp > 1 (tp = 2)", 1.5),
     ("expert_parallelism", {}, "not applicable", "moe_layers > 0 (moe_layers = 0) is false", 0.0),
     ("expert_parallelism", {"tp": 1, "ar_trace_p50_us": None}, "not applicable", "tp > 1 (tp = 1) is false", 0.0),
     ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 5.0}, "prioritised", "+0.600 ms", 0.6),
-    ("expert_parallelism", {"moe_layers": 60.0, "a2a_estimate_us": 15.0}, "not pursued", "it would make TPOT worse", -0.6),
+    (
+        "expert_parallelism",
+        {"moe_layers": 60.0, "a2a_estimate_us": 15.0},
+        "not pursued",
+        "it would make TPOT worse",
+        -0.6,
+    ),
     ("lower_tp", {"fits_half_tp": 0.0}, "not applicable", "fits_half_tp == 1 (fits_half_tp = 0) is false", -1.0),
-    ("lower_tp", {"gemm_ms": 1.0, "fits_half_tp": None}, "left to investigate",
-     "fits_half_tp == 1 (fits_half_tp = not measured) is not known here", 2.0),
+    (
+        "lower_tp",
+        {"gemm_ms": 1.0, "fits_half_tp": None},
+        "left to investigate",
+        "fits_half_tp == 1 (fits_half_tp = not measured) is not known here",
+        2.0,
+    ),
     ("lower_tp", {"gemm_ms": 1.0}, "prioritised", "predicted +2.000 ms", 2.0),
     ("lower_tp", {"tp": 4, "gemm_ms": 1.0}, "not pursued", "it would make TPOT worse", -1.0),
     ("speculative_decoding", {}, "prioritised", "applies: spec_expected_tokens > 1 (spec_expected_tokens = 2)", 4.75),
-    ("speculative_decoding", {"spec_expected_tokens": 1.0}, "not applicable",
-     "spec_expected_tokens > 1 (spec_expected_tokens = 1) is false", -0.5),
+    (
+        "speculative_decoding",
+        {"spec_expected_tokens": 1.0},
+        "not applicable",
+        "spec_expected_tokens > 1 (spec_expected_tokens = 1) is false",
+        -0.5,
+    ),
     ("int4_weights", {}, "rejected", "compromises precision; not adopted whatever it buys (predicted +2.000 ms", 2.0),
     ("int4_weights", {"quantized": 1}, "rejected", "compromises precision", 2.0),
     ("fp8_kv_cache", {}, "rejected", "(predicted +0.536 ms (+5.4% of TPOT))", 0.536),
@@ -133,7 +203,9 @@ DECISION_CASES = [
 
 
 @pytest.mark.parametrize(("option_id", "changes", "decision", "named", "gain"), DECISION_CASES)
-def test_each_decision_names_the_clause_that_decided_it_with_its_figures(option_id, changes, decision, named, gain) -> None:
+def test_each_decision_names_the_clause_that_decided_it_with_its_figures(
+    option_id, changes, decision, named, gain
+) -> None:
     rules = load_rules()
     figures = {**BASE, **changes}
     option = next(o for o in decide(figures, rules) if o.id == option_id)
@@ -162,7 +234,7 @@ def test_the_evaluator_does_arithmetic_and_says_what_is_missing() -> None:
     assert evaluate("comm_share_pct >= 30 and tp > 1", unknown) is None
     assert evaluate("comm_share_pct >= 30 and tp > 4", unknown) is False  # False whatever the unknown
     assert evaluate("comm_share_pct >= 30 or tp > 1", unknown) is True
-    assert expected_accepted(0.6, 3) == pytest.approx((1 - 0.6 ** 4) / 0.4)
+    assert expected_accepted(0.6, 3) == pytest.approx((1 - 0.6**4) / 0.4)
 
 
 def test_a_rule_naming_an_unknown_figure_is_one_line_naming_the_option(tmp_path: Path) -> None:
@@ -182,15 +254,19 @@ def _local_session(tmp_path: Path):
     from tasks.session import Session
 
     config = config_model(UNITS).model_validate({"host": {"workdir": str(tmp_path)}})
-    return Session(config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path,
-                   host_factory=LocalHost)
+    return Session(
+        config=config, state_path=tmp_path / "state" / "todo.json", reports_dir=tmp_path, host_factory=LocalHost
+    )
 
 
 def _trace(path: Path, rank: int) -> None:
     import gzip
 
-    document = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
-                "traceEvents": []}
+    document = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+        "traceEvents": [],
+    }
     path.write_bytes(gzip.compress(json.dumps(document).encode()))
 
 
@@ -225,14 +301,21 @@ def test_capture_fails_soon_listing_what_it_found_when_a_rank_writes_nothing(tmp
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.parametrize("names, expected", [
-    (["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"],
-     "NCCL AllReduce (ring algorithm, LL protocol)"),
-    (["void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"],
-     "vLLM custom all-reduce, one-stage (one-shot)"),
-    (["_C::shm_allreduce", "_C::shm_all_gather"], "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"),
-    (["_C::shm_all_gather"], None),
-])
+@pytest.mark.parametrize(
+    "names, expected",
+    [
+        (
+            ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"],
+            "NCCL AllReduce (ring algorithm, LL protocol)",
+        ),
+        (
+            ["void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"],
+            "vLLM custom all-reduce, one-stage (one-shot)",
+        ),
+        (["_C::shm_allreduce", "_C::shm_all_gather"], "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)"),
+        (["_C::shm_all_gather"], None),
+    ],
+)
 def test_the_all_reduce_implementation_is_named_from_the_trace(names: list[str], expected: str | None) -> None:
     from tasks.synthesis.server_ran import allreduce_implementation
 
@@ -252,11 +335,23 @@ def test_a_quantized_config_that_ran_unquantized_kernels_is_flagged() -> None:
 
     def rank0(kernel: str) -> RankBreakdown:
         figures = {"ms_per_step": 4.0, "calls_per_step": 224.0, "mean_us_per_call": 17.0, "p50_us_per_call": 15.0}
-        return RankBreakdown.model_validate({
-            "rank": 0, "kind": "gpu", "decode_steps": 30, "prefill_steps": 1, "device_ms_per_step": 4.3,
-            "busy_union_ms_per_step": 4.3, "wall_ms_per_step": 4.5, "categories": {},
-            "communication_calls_per_step": {}, "communication_by_name_per_step": {},
-            "top_kernels": [{"name": kernel, "category": "gemm", **figures}], "unmatched_names": [], "trace": "t"})
+        return RankBreakdown.model_validate(
+            {
+                "rank": 0,
+                "kind": "gpu",
+                "decode_steps": 30,
+                "prefill_steps": 1,
+                "device_ms_per_step": 4.3,
+                "busy_union_ms_per_step": 4.3,
+                "wall_ms_per_step": 4.5,
+                "categories": {},
+                "communication_calls_per_step": {},
+                "communication_by_name_per_step": {},
+                "top_kernels": [{"name": kernel, "category": "gemm", **figures}],
+                "unmatched_names": [],
+                "trace": "t",
+            }
+        )
 
     load = LoadSummary(phase="ready", quantization="gptq")
     flagged = server_ran_section(load, rank0("nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_TNN"), facts)
@@ -279,28 +374,41 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
     from benchmarks.gpu_model_shapes import shape
 
     shapes = model_shapes(shape("kimik2_4layer_int4", {}), 1)
-    rows = [{**row, "device": "cuda", "rotated_copies": 1, "us": 100.0 if row.get("experts") else 10.0}
-            for row in shapes.gemm_rows([1])]
+    rows = [
+        {**row, "device": "cuda", "rotated_copies": 1, "us": 100.0 if row.get("experts") else 10.0}
+        for row in shapes.gemm_rows([1])
+    ]
     rows.append({**rows[0], "name": rows[0]["name"] + " (as W4A16)", "us": 1e6})
     info = {"device": "cuda", "torch": "2.11", "device_name": "H200", "threads": 1}
     gemm = GemmResult(info=info, copy_ceiling_gbps=4000.0, rows=rows, artifact="gemm.json")
     fused = predict_gemm(shapes, gemm, 1.0, experts=True)
     assert fused.fused and fused.calls_per_step == pytest.approx(3.0) and fused.ms_per_step == pytest.approx(0.3)
-    per_expert = predict_gemm(shapes, GemmResult(info=info, copy_ceiling_gbps=4000.0, artifact="gemm.json",
-                                                 rows=[row for row in rows if not row.get("experts")]),
-                              1.0, experts=True)
+    per_expert = predict_gemm(
+        shapes,
+        GemmResult(
+            info=info,
+            copy_ceiling_gbps=4000.0,
+            artifact="gemm.json",
+            rows=[row for row in rows if not row.get("experts")],
+        ),
+        1.0,
+        experts=True,
+    )
     assert not per_expert.fused and per_expert.calls_per_step == pytest.approx(2 * 8 * 3)
     dense = predict_gemm(shapes, gemm, 1.0, experts=False)
     assert dense.ms_per_step < 1.0 and "experts_fused" not in dense.missing
 
 
-@pytest.mark.parametrize(("csv_text", "busy"), [
-    ("0, 0, 143771\n", []),  # an idle H200 (measured)
-    ("0, 4, 143771\n1, 1, 143771\n", []),
-    ("0, 0, 143771\n1, 81510, 143771\n", ["GPU 1: 81510 MiB used"]),  # a server left on GPU 1
-    ("0, [N/A], 143771\n", []),  # MIG or an unsupported query: not read as busy
-    ("", []),  # no nvidia-smi (CPU host)
-])
+@pytest.mark.parametrize(
+    ("csv_text", "busy"),
+    [
+        ("0, 0, 143771\n", []),  # an idle H200 (measured)
+        ("0, 4, 143771\n1, 1, 143771\n", []),
+        ("0, 0, 143771\n1, 81510, 143771\n", ["GPU 1: 81510 MiB used"]),  # a server left on GPU 1
+        ("0, [N/A], 143771\n", []),  # MIG or an unsupported query: not read as busy
+        ("", []),  # no nvidia-smi (CPU host)
+    ],
+)
 def test_gpu_memory_census_reads_nvidia_smi(csv_text: str, busy: list[str]) -> None:
     from tasks.service.lifecycle import busy_gpus
 

@@ -39,9 +39,14 @@ def test_reading_a_result_not_declared_is_a_unit_bug_naming_both_tasks(tmp_path:
     def sneaky(ctx: TaskContext) -> Count:
         return Count(n=ctx.input(FIRST).n + 1)  # declares only `second`
 
-    campaign = Campaign("c", [TaskSpec(FIRST, "one", "t", lambda ctx: Count(n=1)),
-                              TaskSpec(SECOND, "two", "t", lambda ctx: Count(n=2), depends_on=(FIRST,)),
-                              TaskSpec(TaskRef("third", Count), "three", "t", sneaky, depends_on=(SECOND,))])
+    campaign = Campaign(
+        "c",
+        [
+            TaskSpec(FIRST, "one", "t", lambda ctx: Count(n=1)),
+            TaskSpec(SECOND, "two", "t", lambda ctx: Count(n=2), depends_on=(FIRST,)),
+            TaskSpec(TaskRef("third", Count), "three", "t", sneaky, depends_on=(SECOND,)),
+        ],
+    )
     with pytest.raises(UnitBug) as caught:
         Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert "'third'" in str(caught.value) and "'first'" in str(caught.value)
@@ -59,9 +64,13 @@ def test_a_declared_read_gets_the_typed_result_and_optional_reads_allow_absence(
         seen["absent"] = ctx.optional_input(TaskRef("disabled_phase", Count))
         return Count(n=0)
 
-    campaign = Campaign("c", [TaskSpec(FIRST, "one", "t", lambda ctx: Count(n=1)),
-                              TaskSpec(SECOND, "two", "t", reader, depends_on=(FIRST,),
-                                       optional=(TaskRef("disabled_phase", Count),))])
+    campaign = Campaign(
+        "c",
+        [
+            TaskSpec(FIRST, "one", "t", lambda ctx: Count(n=1)),
+            TaskSpec(SECOND, "two", "t", reader, depends_on=(FIRST,), optional=(TaskRef("disabled_phase", Count),)),
+        ],
+    )
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert seen == {"first": Count(n=1), "absent": None}
     assert load_state(tmp_path / "todo.json").by_id()["second"].depends_on == ["first"]
@@ -101,8 +110,14 @@ print(json.dumps(assemble(Path(sys.argv[2]))))
 
 def _assembled(tree: Path, out: Path) -> str:
     out.mkdir()
-    done = subprocess.run([sys.executable, "-c", RENAME, str(tree), str(out)], cwd=tree, capture_output=True,
-                          text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)})
+    done = subprocess.run(
+        [sys.executable, "-c", RENAME, str(tree), str(out)],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
@@ -124,8 +139,10 @@ def test_renaming_a_task_id_in_its_results_module_changes_nothing_else(tmp_path:
     for todo in state.todos:
         todo.id = new_id.get(todo.id, todo.id)
         todo.depends_on = [new_id.get(dep, dep) for dep in todo.depends_on]
-        todo.upstream = {new_id.get(dep, dep): run_token(done[new_id.get(dep, dep)])
-                         if value == before.get(dep) else value for dep, value in todo.upstream.items()}
+        todo.upstream = {
+            new_id.get(dep, dep): run_token(done[new_id.get(dep, dep)]) if value == before.get(dep) else value
+            for dep, value in todo.upstream.items()
+        }
         done[todo.id] = todo
     state = state.model_dump(mode="json")
     fixture.write_text(json.dumps(state))
@@ -149,8 +166,9 @@ def test_compare_on_a_partial_todo_file_is_one_line_exit_2(tmp_path: Path, keep:
             todo.update(status="pending", result=None, finished_at=None)
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps(state))
-    done = run_cli(["compare", str(partial), str(ROOT / "tests" / "data" / "default_campaign_todo.json")],
-                   tmp_path, timeout=120)
+    done = run_cli(
+        ["compare", str(partial), str(ROOT / "tests" / "data" / "default_campaign_todo.json")], tmp_path, timeout=120
+    )
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert str(partial) in line and "Traceback" not in done.stderr

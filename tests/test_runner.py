@@ -16,8 +16,9 @@ from orchestrator.statefile import load_state
 
 
 def spec(task_id: str, action, depends_on=(), needs=()) -> TaskSpec:
-    return TaskSpec(task_id, content=f"do {task_id}", kind="test", action=action,
-                    depends_on=tuple(depends_on), needs=tuple(needs))
+    return TaskSpec(
+        task_id, content=f"do {task_id}", kind="test", action=action, depends_on=tuple(depends_on), needs=tuple(needs)
+    )
 
 
 def recorder(log: list[str], name: str, fail: bool = False):
@@ -44,8 +45,7 @@ def test_unknown_dependency_is_named() -> None:
 
 def test_dependencies_order_and_results_are_saved(tmp_path: Path) -> None:
     ran: list[str] = []
-    campaign = Campaign("c", [spec("late", recorder(ran, "late"), ["early"]),
-                              spec("early", recorder(ran, "early"))])
+    campaign = Campaign("c", [spec("late", recorder(ran, "late"), ["early"]), spec("early", recorder(ran, "early"))])
     state = Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert ran == ["early", "late"]
     saved = load_state(tmp_path / "todo.json")
@@ -93,8 +93,15 @@ def test_attempt_limit_gives_up_with_the_fix(tmp_path: Path) -> None:
 
 def test_reset_requeues_task_and_its_dependents_only(tmp_path: Path) -> None:
     ran: list[str] = []
-    campaign = Campaign("c", [spec("a", recorder(ran, "a")), spec("b", recorder(ran, "b"), ["a"]),
-                              spec("c", recorder(ran, "c"), ["b"]), spec("x", recorder(ran, "x"))])
+    campaign = Campaign(
+        "c",
+        [
+            spec("a", recorder(ran, "a")),
+            spec("b", recorder(ran, "b"), ["a"]),
+            spec("c", recorder(ran, "c"), ["b"]),
+            spec("x", recorder(ran, "x")),
+        ],
+    )
     path = tmp_path / "todo.json"
     Runner(campaign, path, log=lambda _: None).resume()
     assert reset(campaign, path, "b") == ["b", "c"]
@@ -121,16 +128,19 @@ class CountingNeed:
 def test_tasks_sharing_a_need_run_together_so_the_service_loads_once(tmp_path: Path) -> None:
     loads: list[str] = []
     ran: list[str] = []
-    needs = {"service": CountingNeed("service", {"free"}, loads),
-             "free": CountingNeed("free", {"service"}, loads)}
-    campaign = Campaign("c", [
-        spec("gemm", recorder(ran, "gemm"), needs=["free"]),
-        spec("ready", recorder(ran, "ready"), needs=["service"]),
-        spec("macro", recorder(ran, "macro"), ["ready"], needs=["service"]),
-        spec("allreduce", recorder(ran, "allreduce"), needs=["free"]),
-        spec("capture", recorder(ran, "capture"), ["macro"], needs=["service"]),
-        spec("analysis", recorder(ran, "analysis"), ["capture"]),
-    ], needs=needs)
+    needs = {"service": CountingNeed("service", {"free"}, loads), "free": CountingNeed("free", {"service"}, loads)}
+    campaign = Campaign(
+        "c",
+        [
+            spec("gemm", recorder(ran, "gemm"), needs=["free"]),
+            spec("ready", recorder(ran, "ready"), needs=["service"]),
+            spec("macro", recorder(ran, "macro"), ["ready"], needs=["service"]),
+            spec("allreduce", recorder(ran, "allreduce"), needs=["free"]),
+            spec("capture", recorder(ran, "capture"), ["macro"], needs=["service"]),
+            spec("analysis", recorder(ran, "analysis"), ["capture"]),
+        ],
+        needs=needs,
+    )
     Runner(campaign, tmp_path / "todo.json", log=lambda _: None).resume()
     assert loads.count("service") == 1, loads
     assert sorted(ran) == sorted(["gemm", "ready", "macro", "allreduce", "capture", "analysis"])
@@ -146,10 +156,18 @@ def test_a_detached_server_survives_ctrl_c_at_the_controllers_terminal(tmp_path:
     from orchestrator.hosts.local import LocalHost
 
     controller = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from orchestrator.hosts.local import LocalHost;"
-         f" print(LocalHost().start_detached(['sleep', '120'], '{tmp_path}/log', '{tmp_path}/pid'), flush=True);"
-         " time.sleep(60)"], stdout=subprocess.PIPE, text=True, start_new_session=True,
-        preexec_fn=interruptible)
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from orchestrator.hosts.local import LocalHost;"
+            f" print(LocalHost().start_detached(['sleep', '120'], '{tmp_path}/log', '{tmp_path}/pid'), flush=True);"
+            " time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=interruptible,
+    )
     pid = int(controller.stdout.readline())
     host = LocalHost()
     try:
@@ -177,8 +195,12 @@ def test_progress_of_a_task_shows_as_throttled_plain_lines_off_a_terminal(tmp_pa
         return {}
 
     shown = io.StringIO()
-    Runner(Campaign("c", [spec("sweep", steps)]), tmp_path / "todo.json", log=lambda _: None,
-           progress=ProgressDisplay(shown, every_s=0.3)).resume()
+    Runner(
+        Campaign("c", [spec("sweep", steps)]),
+        tmp_path / "todo.json",
+        log=lambda _: None,
+        progress=ProgressDisplay(shown, every_s=0.3),
+    ).resume()
     lines = shown.getvalue().splitlines()  # updates at 0, 0.2, 0.4, 0.6, 0.8 s
     assert lines[0].startswith("[sweep] c4_r1: 20/40 requests, ") and lines[0].endswith("s left (12 output tok/s)")
     assert lines[1].startswith("[sweep] c4_r1: 40/40 requests, ") and " requests/s" in lines[1]
@@ -204,15 +226,19 @@ def test_a_torchrun_whose_rank_died_from_a_signal_runs_once_more(tmp_path: Path)
         "if os.environ['RANK'] == '0':\n"
         "    if sys.argv[2] == 'error': raise SystemExit('a plain error')\n"
         "    if not mark.exists(): mark.write_text('1'); os.abort()\n"
-        "    print('{\"ok\": 1}')\n")
+        "    print('{\"ok\": 1}')\n"
+    )
     said: list[str] = []
 
     def run(mode: str) -> str:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
         for attempt in crashed_rank_policy(said.append):
             with attempt:
-                return LocalHost().run([*launcher, str(script), str(tmp_path / f"mark-{mode}"), mode],
-                                       timeout_s=120).stdout
+                return (
+                    LocalHost()
+                    .run([*launcher, str(script), str(tmp_path / f"mark-{mode}"), mode], timeout_s=120)
+                    .stdout
+                )
         raise AssertionError("unreachable")
 
     assert '{"ok": 1}' in run("abort-once")

@@ -37,8 +37,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _campaign(sshd, tmp_path: Path, model: Path, port: int) -> None:
     (tmp_path / "campaign.toml").write_text(
-        sshd.config_toml(tmp_path / "work", sys.executable)
-        + f'[campaign]\nname = "svc"\nphases = ["service"]\n'
+        sshd.config_toml(tmp_path / "work", sys.executable) + f'[campaign]\nname = "svc"\nphases = ["service"]\n'
         f'[service]\nmodel = "{model}"\nport = {port}\ntensor_parallel = 2\nready_deadline_s = 600\n'
     )
 
@@ -57,8 +56,7 @@ def test_vllm_cpu_via_sshd_ready_with_progress_then_stopped(sshd, tmp_path: Path
     # Finished campaign: the server we launched is stopped, its whole group gone, port closed.
     pgid = facts["pid"]
     table = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat=,args="], capture_output=True, text=True).stdout
-    alive = [row for row in table.splitlines()
-             if row.split()[1] == str(pgid) and not row.split()[2].startswith("Z")]
+    alive = [row for row in table.splitlines() if row.split()[1] == str(pgid) and not row.split()[2].startswith("Z")]
     assert alive == []  # zombies awaiting their reaper hold no CPU, memory or port
     import socket
 

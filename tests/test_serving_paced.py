@@ -26,7 +26,8 @@ def paced_campaign(tmp_path: Path, port: int):
     (model / "config.json").write_text(json.dumps(TINY_CONFIG))
 
     def write_config(output_tokens: int, macro_extra: str = "", campaign_extra: str = "") -> None:
-        (tmp_path / "campaign.toml").write_text(textwrap.dedent(f"""\
+        (tmp_path / "campaign.toml").write_text(
+            textwrap.dedent(f"""\
             [campaign]
             name = "paced"
             phases = ["macro"]
@@ -41,7 +42,9 @@ def paced_campaign(tmp_path: Path, port: int):
             single_stream_requests = 2
             concurrency_max = 2
             requests_per_level = 2
-            """) + macro_extra)
+            """)
+            + macro_extra
+        )
 
     return write_config
 
@@ -57,8 +60,9 @@ def test_changing_macro_output_tokens_reruns_exactly_the_serving_todos(tmp_path:
     write_config(12)
     second = run_cli(["resume"], tmp_path, timeout=300)
     assert second.returncode == 0, second.stderr
-    assert ("[macro_single] runs again: config changed: macro.output_tokens (8 -> 12);"
-            " so do its dependents macro_sweep") in second.stdout
+    assert (
+        "[macro_single] runs again: config changed: macro.output_tokens (8 -> 12); so do its dependents macro_sweep"
+    ) in second.stdout
     after = load_state(tmp_path / "state" / "todo.json").by_id()
     rerun = {todo_id for todo_id in after if after[todo_id].started_at != before[todo_id].started_at}
     assert rerun == {"macro_single", "macro_sweep"}
@@ -138,13 +142,19 @@ def test_compare_two_campaigns_judges_each_difference_against_both_noises(tmp_pa
     slower = pace_server(ttft_ms=5, pace_ms=8)
     paced_campaign_port = f"port = {slower}"
     config = (b / "campaign.toml").read_text()
-    (b / "campaign.toml").write_text(config.replace(config[config.index("port = "):].split("\n")[0], paced_campaign_port)
-                                     .replace('phases = ["macro"]', f'phases = ["macro"]\nbaseline = "{a / "reports" / "paced"}"'
-                                              '\napplied_option = "speculative_decoding"'))
+    (b / "campaign.toml").write_text(
+        config.replace(config[config.index("port = ") :].split("\n")[0], paced_campaign_port).replace(
+            'phases = ["macro"]',
+            f'phases = ["macro"]\nbaseline = "{a / "reports" / "paced"}"\napplied_option = "speculative_decoding"',
+        )
+    )
     assert run_cli(["reset", "service_ready"], b, timeout=60).returncode == 0
     assert run_cli(["resume"], b, timeout=300).returncode == 0
-    slow = run_cli(["compare", str(a / "reports" / "paced"), str(b / "state" / "todo.json"),
-                    "--out", str(tmp_path / "c.md")], tmp_path, timeout=120)
+    slow = run_cli(
+        ["compare", str(a / "reports" / "paced"), str(b / "state" / "todo.json"), "--out", str(tmp_path / "c.md")],
+        tmp_path,
+        timeout=120,
+    )
     assert slow.returncode == 0, slow.stderr
     tpot_row = next(line for line in slow.stdout.splitlines() if line.startswith("| single stream TPOT mean |"))
     cells = [cell.strip() for cell in tpot_row.strip("|").split("|")]
@@ -165,8 +175,9 @@ def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_pa
     write_config = paced_campaign(tmp_path, port)
     write_config(8)
     config = (tmp_path / "campaign.toml").read_text().replace("requests_per_level = 2", "requests_per_level = 40")
-    (tmp_path / "campaign.toml").write_text(config + "repeats = 1\nrequest_rates = [25.0]\nburstiness = 0.5\n"
-                                            "slo_tpot_ms = 6.0\n")
+    (tmp_path / "campaign.toml").write_text(
+        config + "repeats = 1\nrequest_rates = [25.0]\nburstiness = 0.5\nslo_tpot_ms = 6.0\n"
+    )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     level = load_state(tmp_path / "state" / "todo.json").by_id()["macro_rates"].result["levels"][0]
@@ -190,17 +201,21 @@ def test_the_slo_search_finds_the_known_capacity_within_one_step(tmp_path: Path,
     write_config = paced_campaign(tmp_path, port)
     write_config(8)
     config = (tmp_path / "campaign.toml").read_text().replace("requests_per_level = 2", "requests_per_level = 24")
-    (tmp_path / "campaign.toml").write_text(config + "repeats = 1\nburstiness = 10000\nslo_ttft_ms = 15\n"
-                                            "slo_met_pct = 90\nslo_search = true\nslo_search_runs = 6\n"
-                                            "slo_search_start_rate = 4\n")
+    (tmp_path / "campaign.toml").write_text(
+        config + "repeats = 1\nburstiness = 10000\nslo_ttft_ms = 15\n"
+        "slo_met_pct = 90\nslo_search = true\nslo_search_runs = 6\n"
+        "slo_search_start_rate = 4\n"
+    )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     search = load_state(tmp_path / "state" / "todo.json").by_id()["macro_slo_search"].result
     assert [p["rate"] for p in search["points"]][:4] == [4, 8, 16, 32]  # doubling until one misses
     capacity = 1000 / search["points"][0]["level"]["e2e_ms"]["p50"]  # one request at a time, alone
     low, high = search["best_rate"], search["next_missing_rate"]
-    print(f"capacity {capacity:.1f} req/s; points " + ", ".join(
-        f"{p['rate']:g} ({p['met_pct']:.0f}% met)" for p in search["points"]))
+    print(
+        f"capacity {capacity:.1f} req/s; points "
+        + ", ".join(f"{p['rate']:g} ({p['met_pct']:.0f}% met)" for p in search["points"])
+    )
     assert low <= capacity * 1.03 and high >= capacity * 0.97 and high - low <= 8, (capacity, search)
     findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
     assert f"**{low:g} requests/s** is the highest rate that met them" in findings
@@ -231,5 +246,6 @@ def test_failures_from_a_live_server_over_the_threshold_fail_the_level(tmp_path:
     assert result.returncode == 1
     single = load_state(tmp_path / "state" / "todo.json").by_id()["macro_single"]
     assert single.status == "failed" and single.result is None
-    assert ("1 of 2 requests failed in the c=1 run (over macro.max_failed_pct = 1.0%) while the server"
-            " answered") in single.error.message
+    assert (
+        "1 of 2 requests failed in the c=1 run (over macro.max_failed_pct = 1.0%) while the server answered"
+    ) in single.error.message

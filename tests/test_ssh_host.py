@@ -101,8 +101,17 @@ def test_sshd_restart_waits_with_backoff(ssh_host: SSHHost, sshd, capsys: pytest
 def test_unknown_host_key_is_refused_with_the_fix(sshd, tmp_path: Path) -> None:
     empty = tmp_path / "known_hosts"
     empty.write_text("")
-    host = SSHHost(SSHTarget(alias="h", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
-                             identity_files=[str(sshd.client_key)], known_hosts=str(empty), ssh_config=None))
+    host = SSHHost(
+        SSHTarget(
+            alias="h",
+            hostname="127.0.0.1",
+            port=sshd.port,
+            user=sshd.user,
+            identity_files=[str(sshd.client_key)],
+            known_hosts=str(empty),
+            ssh_config=None,
+        )
+    )
     with pytest.raises(HostKeyError, match=r"not in .*known_hosts.*ssh-keyscan"):
         host.run("true")
     assert empty.read_text() == ""  # never auto-added
@@ -114,18 +123,30 @@ def test_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:
     public = (tmp_path / "other_key.pub").read_text().split()
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{sshd.port} {public[0]} {public[1]}\n")
-    host = SSHHost(SSHTarget(alias="h", hostname="127.0.0.1", port=sshd.port, user=sshd.user,
-                             identity_files=[str(sshd.client_key)], known_hosts=str(known), ssh_config=None))
+    host = SSHHost(
+        SSHTarget(
+            alias="h",
+            hostname="127.0.0.1",
+            port=sshd.port,
+            user=sshd.user,
+            identity_files=[str(sshd.client_key)],
+            known_hosts=str(known),
+            ssh_config=None,
+        )
+    )
     with pytest.raises(HostKeyError, match="CHANGED"):
         host.run("true")
 
 
 def test_ssh_config_alias_is_honoured(sshd, tmp_path: Path) -> None:
     config = tmp_path / "ssh_config"
-    config.write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
-                      f"  IdentityFile {sshd.client_key}\n")
-    host = SSHHost(SSHTarget(alias="gpu-box", hostname="gpu-box", known_hosts=str(sshd.known_hosts),
-                             ssh_config=str(config)))
+    config.write_text(
+        f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n"
+    )
+    host = SSHHost(
+        SSHTarget(alias="gpu-box", hostname="gpu-box", known_hosts=str(sshd.known_hosts), ssh_config=str(config))
+    )
     assert host.target.port == sshd.port and host.target.hostname == "127.0.0.1"
     assert host.run("echo via-alias").stdout == "via-alias\n"
     host.close()
@@ -136,9 +157,11 @@ def test_proxyjump_through_a_bastion(sshd, tmp_path: Path) -> None:
     config.write_text(
         f"Host bastion\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n  IdentityFile {sshd.client_key}\n"
         f"Host inner\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n  IdentityFile {sshd.client_key}\n"
-        "  ProxyJump bastion\n")
-    host = SSHHost(SSHTarget(alias="inner", hostname="inner", known_hosts=str(sshd.known_hosts),
-                             ssh_config=str(config)))
+        "  ProxyJump bastion\n"
+    )
+    host = SSHHost(
+        SSHTarget(alias="inner", hostname="inner", known_hosts=str(sshd.known_hosts), ssh_config=str(config))
+    )
     assert host.run("echo jumped").stdout == "jumped\n"
     assert host._jump is not None and host._jump.connects == 1
     host.close()
@@ -154,11 +177,18 @@ def test_campaign_survives_sshd_restart(sshd, tmp_path: Path) -> None:
     lines = [sshd.config_toml(tmp_path / "work", sys.executable), '[campaign]\nname = "remote"\nphases = []\n']
     for index in range(8):
         deps = f'["c{index - 1}"]' if index else "[]"
-        lines.append(f'[[commands]]\nid = "c{index}"\ncontent = "step {index}"\n'
-                     f'run = "sleep 0.4; echo c{index} >> {tmp_path}/done.log"\ndepends_on = {deps}\n')
+        lines.append(
+            f'[[commands]]\nid = "c{index}"\ncontent = "step {index}"\n'
+            f'run = "sleep 0.4; echo c{index} >> {tmp_path}/done.log"\ndepends_on = {deps}\n'
+        )
     (tmp_path / "campaign.toml").write_text("\n".join(lines))
-    process = subprocess.Popen([sys.executable, "-m", "orchestrate", "resume"], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrate", "resume"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(1.2)
     sshd.stop()
     time.sleep(2)
@@ -189,8 +219,9 @@ def test_a_syntax_error_does_not_end_the_shell(ssh_host: SSHHost) -> None:
     assert ssh_host.connects == 1
 
 
-def test_detached_process_has_its_own_group_and_outlives_the_connection(ssh_host: SSHHost, sshd,
-                                                                        tmp_path: Path) -> None:
+def test_detached_process_has_its_own_group_and_outlives_the_connection(
+    ssh_host: SSHHost, sshd, tmp_path: Path
+) -> None:
     pid = ssh_host.start_detached(["sleep", "120"], str(tmp_path / "log"), str(tmp_path / "pid"))
     try:
         ids = ssh_host.run(f"ps -o pgid=,sid= -p {pid}; ps -o sid= -p $$").stdout.split()
@@ -247,7 +278,8 @@ def test_stderr_lines_arrive_while_the_command_runs(transport: str, ssh_host: SS
 
     host = ssh_host if transport == "ssh" else LocalHost()
     seen, took, stderr = streamed_lines(
-        host, "echo one >&2; sleep 1.5; printf 'tw' >&2; sleep 0.3; echo o >&2; echo out; echo three >&2")
+        host, "echo one >&2; sleep 1.5; printf 'tw' >&2; sleep 0.3; echo o >&2; echo out; echo three >&2"
+    )
     assert [line for line, _ in seen] == ["one", "two", "three"]
     assert seen[0][1] < took - 1.0, seen  # "one" came before the 1.5 s sleep ended
     assert stderr == "one\ntwo\nthree\n"  # the whole stream is still returned

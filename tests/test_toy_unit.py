@@ -32,8 +32,7 @@ def toy_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         said = session.host().run(["echo", session.config.toy.word]).stdout.strip()  # a real command
         return ToyResult(greeting=said, letters=len(said))
 
-    return [TaskSpec(TOY_HELLO, "Say the configured word", "toy", run,
-                     inputs={"toy": session.config.toy.model_dump()})]
+    return [TaskSpec(TOY_HELLO, "Say the configured word", "toy", run, inputs={"toy": session.config.toy.model_dump()})]
 
 
 def toy_section(findings) -> str:  # noqa: ANN001
@@ -47,8 +46,18 @@ TOY = PhaseUnit(name="toy", specs=toy_specs, results=(TOY_HELLO,), config=ToySec
 def run_toy(folder: Path, units: list[PhaseUnit], word: str = "bonjour") -> int:
     config = folder / "campaign.toml"
     config.write_text(f'[campaign]\nname = "toy"\nphases = ["toy"]\n[toy]\nword = "{word}"\n')
-    return main(["--config", str(config), "--state", str(folder / "state" / "todo.json"),
-                 "--reports", str(folder / "reports"), "resume"], units=units)
+    return main(
+        [
+            "--config",
+            str(config),
+            "--state",
+            str(folder / "state" / "todo.json"),
+            "--reports",
+            str(folder / "reports"),
+            "resume",
+        ],
+        units=units,
+    )
 
 
 def test_a_toy_unit_added_in_one_list_is_in_the_todo_file_and_the_findings(tmp_path: Path) -> None:

@@ -20,16 +20,23 @@ DECODE = re.compile(r"execute_context_0\(0\)_generation_(\d+)\((\d+)\)")
 def direct_gpu_count() -> dict[str, float]:
     """Kernels inside the device-timeline decode annotations, counted with plain json."""
     events = json.loads(gzip.decompress(GPU_TRACE.read_bytes()))["traceEvents"]
-    windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "gpu_user_annotation"
-               and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0]
-    kernels = [e for e in events if e.get("cat") == "kernel"
-               and any(start <= e["ts"] <= end for start, end in windows)]
+    windows = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0
+    ]
+    kernels = [e for e in events if e.get("cat") == "kernel" and any(start <= e["ts"] <= end for start, end in windows)]
     gemm = [k for k in kernels if re.search(r"nvjet|gemm", k["name"], re.I)]
     step_of = [next(i for i, (start, end) in enumerate(windows) if start <= k["ts"] <= end) for k in kernels]
     busy_us = direct_union_us([k["ts"] for k in kernels], [k["dur"] for k in kernels], step_of)
-    return {"steps": len(windows), "kernels": len(kernels) / len(windows), "gemm_calls": len(gemm) / len(windows),
-            "gemm_us": sum(k["dur"] for k in gemm), "all_us": sum(k["dur"] for k in kernels),
-            "busy_ms_per_step": busy_us / 1000 / len(windows)}
+    return {
+        "steps": len(windows),
+        "kernels": len(kernels) / len(windows),
+        "gemm_calls": len(gemm) / len(windows),
+        "gemm_us": sum(k["dur"] for k in gemm),
+        "all_us": sum(k["dur"] for k in kernels),
+        "busy_ms_per_step": busy_us / 1000 / len(windows),
+    }
 
 
 def test_gpu_trace_breakdown_matches_a_direct_count() -> None:
@@ -105,17 +112,26 @@ def test_nested_cpu_ops_count_each_microsecond_once(tmp_path: Path) -> None:
     """A hand-made CPU trace (deliberately small, so every figure can be computed by hand): an
     unmatched wrapper, like torch.compile's graph call, around a matched GEMM that has its own
     child, a matched all-reduce and an unmatched slice; a second thread runs its own op."""
+
     def op(name: str, ts: float, dur: float, tid: int = 1) -> dict:
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "execute_context_0(0)_generation_1(1)",
-         "pid": 1, "tid": 1, "ts": 1000.0, "dur": 200.0},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "execute_context_0(0)_generation_1(1)",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000.0,
+            "dur": 200.0,
+        },
         op("## Call CompiledFxGraph ##", 1000.0, 100.0),
         op("_C::weight_packed_linear", 1010.0, 30.0),
-        op("aten::empty", 1012.0, 5.0),                 # inside the GEMM: part of its 30 µs
+        op("aten::empty", 1012.0, 5.0),  # inside the GEMM: part of its 30 µs
         op("_C::shm_allreduce", 1050.0, 20.0),
         op("aten::slice", 1080.0, 4.0),
-        op("aten::mul", 1150.0, 10.0, tid=2),           # another thread, after the wrapper
+        op("aten::mul", 1150.0, 10.0, tid=2),  # another thread, after the wrapper
     ]
     path = tmp_path / "rank0.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
@@ -140,17 +156,25 @@ def test_every_category_of_the_rules_file_is_in_the_breakdown_and_shares_sum_to_
     original = original.replace('categories = ["communication",', 'categories = ["tinygemm_only", "communication",')
     original = original.replace('"memcpy"]\n', '"memcpy", "never_seen"]\n', 1)
     first_rule = original.index("[[rule]]")
-    rules.write_text(original[:first_rule] + '[[rule]]\ncategory = "tinygemm_only"\npatterns = ["tinygemm"]\n\n'
-                     + original[first_rule:]
-                     + '\n[[rule]]\ncategory = "never_seen"\npatterns = ["no-kernel-has-this-name"]\n')
+    rules.write_text(
+        original[:first_rule]
+        + '[[rule]]\ncategory = "tinygemm_only"\npatterns = ["tinygemm"]\n\n'
+        + original[first_rule:]
+        + '\n[[rule]]\ncategory = "never_seen"\npatterns = ["no-kernel-has-this-name"]\n'
+    )
     classify = Classifier(rules)
     result = analyze_trace(GPU_TRACE, classify)
     assert list(result["categories"]) == list(classify.categories)
     assert classify.categories[0] == "tinygemm_only" and classify.categories[-2:] == ("never_seen", "other")
     assert result["categories"]["tinygemm_only"]["calls_per_step"] > 0
-    assert result["categories"]["never_seen"] == {"calls_per_step": 0.0, "mean_us_per_call": None,
-                                                  "p50_us_per_call": None, "ms_per_step": 0.0, "share_pct": 0.0,
-                                                  "ms_per_step_ci95": 0.0}
+    assert result["categories"]["never_seen"] == {
+        "calls_per_step": 0.0,
+        "mean_us_per_call": None,
+        "p50_us_per_call": None,
+        "ms_per_step": 0.0,
+        "share_pct": 0.0,
+        "ms_per_step_ci95": 0.0,
+    }
     assert sum(c["share_pct"] for c in result["categories"].values()) == pytest.approx(100.0, abs=1e-9)
     # The shipped rules too.
     shipped = analyze_trace(GPU_TRACE, Classifier())
@@ -159,8 +183,10 @@ def test_every_category_of_the_rules_file_is_in_the_breakdown_and_shares_sum_to_
 
 def test_a_rule_with_an_undeclared_category_is_one_line(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
-    rules.write_text('categories = ["gemm"]\n[[rule]]\ncategory = "gemm"\npatterns = ["gemm"]\n'
-                     '[[rule]]\ncategory = "attn"\npatterns = ["flash"]\n')
+    rules.write_text(
+        'categories = ["gemm"]\n[[rule]]\ncategory = "gemm"\npatterns = ["gemm"]\n'
+        '[[rule]]\ncategory = "attn"\npatterns = ["flash"]\n'
+    )
     with pytest.raises(InputError, match="field 'categories': rules use attn"):
         Classifier(rules)
 
@@ -225,8 +251,9 @@ def test_gemm_launch_order_folds_into_layer_types_on_a_real_trace() -> None:
     class Facts:  # only the shapes are read
         shapes = model_shapes(config, 1)
 
-    figures = KeyFigures(tp=1, rank0=rank0, breakdown=None, model=Facts(), host=None, gemm=None,
-                         allreduce=None, decode_tpot_ms=None)
+    figures = KeyFigures(
+        tp=1, rank0=rank0, breakdown=None, model=Facts(), host=None, gemm=None, allreduce=None, decode_tpot_ms=None
+    )
     positions, layers = fold(figures)
     assert layers == 32 and [p.label for p in positions] == ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
     assert "splitKreduce" in positions[1].kernels and "splitKreduce" in positions[3].kernels
@@ -238,8 +265,13 @@ def test_gemm_launch_order_folds_into_layer_types_on_a_real_trace() -> None:
             start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
             windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
     classify = Classifier()
-    gemm_us = sum(e["dur"] for e in events if e.get("cat") == "kernel" and classify(e["name"]) == "gemm"
-                  and any(s <= e["ts"] <= t for s, t in windows.values()))
+    gemm_us = sum(
+        e["dur"]
+        for e in events
+        if e.get("cat") == "kernel"
+        and classify(e["name"]) == "gemm"
+        and any(s <= e["ts"] <= t for s, t in windows.values())
+    )
     assert sum(p.traced_us for p in positions) * layers == pytest.approx(gemm_us / len(windows), rel=0.01)
 
 

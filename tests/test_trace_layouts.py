@@ -19,8 +19,10 @@ from tasks.analysis.step_markers import step_marker
 from tasks.analysis.trace_reader import Columns, Event, read_columns
 
 DATA = Path(__file__).parent / "data"
-REAL_TRACES = [DATA / "vllm_cpu032_tp2_default.rank0.trace.json.gz",
-               DATA / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"]
+REAL_TRACES = [
+    DATA / "vllm_cpu032_tp2_default.rank0.trace.json.gz",
+    DATA / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz",
+]
 
 
 def _event_inline_keys(event: dict) -> str:
@@ -40,8 +42,12 @@ LAYOUTS = {
     "compact": lambda d: json.dumps(d, separators=(",", ":")),
     "indented, nested objects expanded": lambda d: json.dumps(d, indent=1),
     "one key a line, args inline": lambda d: (
-        "{" + ",".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items() if k != "traceEvents")
-        + ',\n"traceEvents": [\n' + ",\n".join(_event_inline_keys(e) for e in d["traceEvents"]) + "\n]}"),
+        "{"
+        + ",".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in d.items() if k != "traceEvents")
+        + ',\n"traceEvents": [\n'
+        + ",\n".join(_event_inline_keys(e) for e in d["traceEvents"])
+        + "\n]}"
+    ),
     "keys reordered, events first, extra whitespace": _reordered,
     "bare array": lambda d: json.dumps(d["traceEvents"]),
 }
@@ -49,8 +55,10 @@ LAYOUTS = {
 
 def _reference(document: dict) -> Columns:
     """What a plain parser gives: every event of the array, through the same filters."""
-    events = msgspec.convert([{k: e[k] for k in ("ph", "cat", "name", "ts", "dur", "tid") if k in e}
-                              for e in document["traceEvents"]], list[Event])
+    events = msgspec.convert(
+        [{k: e[k] for k in ("ph", "cat", "name", "ts", "dur", "tid") if k in e} for e in document["traceEvents"]],
+        list[Event],
+    )
     has_device = any(e.ph == "X" and e.cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in events)
     columns = Columns(keep_cpu=not has_device)  # a CPU trace's work is its CPU ops
     columns.take(events)
@@ -88,8 +96,18 @@ def test_every_layout_gives_what_a_plain_parser_gives(tmp_path: Path, source: Pa
 def test_a_layout_no_cut_fits_falls_back_to_the_whole_document(tmp_path: Path, monkeypatch) -> None:
     """Every event nests `},{` inside its args, so no candidate cut proves itself within the
     try limit; the reader must decode the whole document, not skip events."""
-    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "ts": i * 10.0, "dur": 5.0, "tid": 7,
-               "args": {"list": [{"a": 1}, {"b": 2}] * 20}} for i in range(300)]
+    events = [
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": f"k{i}",
+            "ts": i * 10.0,
+            "dur": 5.0,
+            "tid": 7,
+            "args": {"list": [{"a": 1}, {"b": 2}] * 20},
+        }
+        for i in range(300)
+    ]
     path = tmp_path / "nested.json"
     path.write_text(json.dumps({"traceEvents": events}, separators=(",", ":")))
     monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 2048)
@@ -119,8 +137,14 @@ MARKER_CASES = [
     ("vllm", ["ProfilerStep#1", "ProfilerStep#2"], "step", 1, {}, True),  # none: the whole trace
     ("profiler-step", ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"], "step", 3, {}, True),
     ("sglang", ["forward_decode", "forward_extend", "forward_decode"], "decode", 2, {"prefill": 1}, False),
-    (r"my_iter_(?P<kind>decode|prefill)_\d+", ["my_iter_decode_1", "my_iter_prefill_2"], "decode", 1,
-     {"prefill": 1}, False),
+    (
+        r"my_iter_(?P<kind>decode|prefill)_\d+",
+        ["my_iter_decode_1", "my_iter_prefill_2"],
+        "decode",
+        1,
+        {"prefill": 1},
+        False,
+    ),
 ]
 
 
@@ -131,7 +155,9 @@ def test_step_markers(tmp_path: Path, marker, names, kind, steps, others, noted)
     assert {k: v["steps"] for k, v in result["other_steps"].items()} == others
     assert (result["note"] is not None) == noted
     if result["note"] and "whole trace" in result["note"]:
-        assert result["wall_ms_per_step"] == pytest.approx((len(names) - 1) * 0.1 + 0.010)  # first kernel start to last end
+        assert result["wall_ms_per_step"] == pytest.approx(
+            (len(names) - 1) * 0.1 + 0.010
+        )  # first kernel start to last end
     else:  # the stray kernel at 95 µs is outside every window
         assert result["categories"]["gemm"]["calls_per_step"] == 1.0
 
@@ -139,7 +165,10 @@ def test_step_markers(tmp_path: Path, marker, names, kind, steps, others, noted)
 def test_a_bad_step_marker_is_one_line(tmp_path: Path) -> None:
     result = run_cli(["analyze", str(DATA / "gpu_decode_trace.json.gz"), "--step-marker", "(unclosed"], tmp_path)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
-    assert "--step-marker '(unclosed': not one of auto, vllm, sglang, profiler-step nor a valid regular expression" in result.stderr
+    assert (
+        "--step-marker '(unclosed': not one of auto, vllm, sglang, profiler-step nor a valid regular expression"
+        in result.stderr
+    )
 
 
 def _subset(stored: object, now: object) -> bool:
@@ -158,7 +187,9 @@ def test_analyze_gives_exactly_the_campaigns_breakdown(tmp_path: Path) -> None:
     traces = tmp_path / "traces"
     traces.mkdir()
     for rank in (0, 1):
-        (traces / f"rank{rank}.trace.json.gz").write_bytes((DATA / f"vllm_cpu032_tp2_default.rank{rank}.trace.json.gz").read_bytes())
+        (traces / f"rank{rank}.trace.json.gz").write_bytes(
+            (DATA / f"vllm_cpu032_tp2_default.rank{rank}.trace.json.gz").read_bytes()
+        )
     result = run_cli(["analyze", str(traces), "--json", "--out", str(tmp_path / "out")], tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     printed = json.loads(result.stdout)
@@ -167,7 +198,9 @@ def test_analyze_gives_exactly_the_campaigns_breakdown(tmp_path: Path) -> None:
         # The stored run predates fields and categories added since (quantization, the coverage
         # guard): every figure it has must be the same; what is new must be empty on this trace.
         assert _subset(theirs, mine)
-        assert all(c["calls_per_step"] == 0 for name, c in mine["categories"].items() if name not in theirs["categories"])
+        assert all(
+            c["calls_per_step"] == 0 for name, c in mine["categories"].items() if name not in theirs["categories"]
+        )
     assert printed["imbalance"] == stored["imbalance"]
     assert (tmp_path / "out" / "analysis.md").read_text().count("### Rank ") == 2
     table = run_cli(["analyze", str(traces)], tmp_path, timeout=120)
@@ -190,8 +223,11 @@ def test_a_real_torch_profiler_trace_with_profiler_steps(tmp_path: Path) -> None
 
     a = torch.randn(64, 64)
     trace = tmp_path / "train.pt.trace.json"
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
-                 on_trace_ready=lambda done: done.export_chrome_trace(str(trace))) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=3, repeat=1),
+        on_trace_ready=lambda done: done.export_chrome_trace(str(trace)),
+    ) as prof:
         for _ in range(4):
             for _ in range(4):
                 torch.mm(a, a)
@@ -203,8 +239,9 @@ def test_a_real_torch_profiler_trace_with_profiler_steps(tmp_path: Path) -> None
     assert rank["categories"]["gemm"]["calls_per_step"] == 4.0  # aten::mm, outermost, counted per step
     found = json.loads(run_cli(["analyze", str(trace), "--json"], tmp_path, timeout=120).stdout)["ranks"][0]
     assert (found["step_marker"], found["decode_steps"]) == ("profiler-step", 3)  # auto finds ProfilerStep#N
-    default = json.loads(run_cli(["analyze", str(trace), "--json", "--step-marker", "vllm"], tmp_path,
-                                 timeout=120).stdout)["ranks"][0]
+    default = json.loads(
+        run_cli(["analyze", str(trace), "--json", "--step-marker", "vllm"], tmp_path, timeout=120).stdout
+    )["ranks"][0]
     assert default["decode_steps"] == 1 and "whole trace is one window" in default["note"]
     assert default["categories"]["gemm"]["calls_per_step"] == 12.0
 
@@ -223,8 +260,11 @@ class _Counting:
         return events
 
 
-@pytest.mark.parametrize("source", [*REAL_TRACES, DATA / "vllm026_h200_kimik2_4layer_int4.rank0.trace.json.gz"],
-                         ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize(
+    "source",
+    [*REAL_TRACES, DATA / "vllm026_h200_kimik2_4layer_int4.rank0.trace.json.gz"],
+    ids=lambda p: p.name.split(".")[0],
+)
 def test_decoding_by_category_keeps_exactly_what_decoding_every_event_keeps(source: Path, monkeypatch) -> None:
     """The fast path (a tagged union on `cat`: fields only for the categories a pass keeps) is
     taken for most runs of a real trace, and its columns equal those of decoding every event.
@@ -232,8 +272,9 @@ def test_decoding_by_category_keeps_exactly_what_decoding_every_event_keeps(sour
     monkeypatch.setattr(trace_reader, "BLOCK_BYTES", 1 << 16)
 
     def read(refuse: bool) -> tuple[Columns, int]:
-        counting = {keep: (_Counting(decoder, refuse), kept) for keep, (decoder, kept) in
-                    trace_reader.BY_CATEGORY.items()}
+        counting = {
+            keep: (_Counting(decoder, refuse), kept) for keep, (decoder, kept) in trace_reader.BY_CATEGORY.items()
+        }
         monkeypatch.setattr(trace_reader, "BY_CATEGORY", counting)
         columns = read_columns(source)
         monkeypatch.undo()

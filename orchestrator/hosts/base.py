@@ -45,8 +45,9 @@ class Host(ABC):
     HF_HOME. A non-interactive SSH shell reads no rc file, so this is where such things go."""
 
     @abstractmethod
-    def _exec(self, command: str, timeout_s: float | None,
-              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
+    def _exec(
+        self, command: str, timeout_s: float | None, on_stderr_line: Callable[[str], None] | None = None
+    ) -> CommandResult:
         """Run ``command``; each complete stderr line also goes to ``on_stderr_line`` as it
         arrives (from another thread on some transports), so a long command can show progress."""
 
@@ -54,8 +55,7 @@ class Host(ABC):
     def put(self, local_path: Path, remote_path: str) -> None: ...
 
     @abstractmethod
-    def get(self, remote_path: str, local_path: Path,
-            progress: Callable[[int, int], None] | None = None) -> None:
+    def get(self, remote_path: str, local_path: Path, progress: Callable[[int, int], None] | None = None) -> None:
         """Copy a file here; a partial earlier copy is resumed, not restarted. ``progress`` sees
         (bytes here, bytes in all) as the copy goes."""
 
@@ -90,8 +90,10 @@ class Host(ABC):
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
         if self.env_setup:
-            command = (f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed:'"
-                       f" {shlex.quote(self.env_setup)} >&2; exit 97; }}\n{command}")
+            command = (
+                f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed:'"
+                f" {shlex.quote(self.env_setup)} >&2; exit 97; }}\n{command}"
+            )
         result = self._exec(command, timeout_s, on_stderr_line)
         if check and result.exit_code != 0:
             shown = command
@@ -126,7 +128,7 @@ class Host(ABC):
         else:
             inner = f"exec {inner}"
         script = (
-            f"mkdir -p \"$(dirname {shlex.quote(log_path)})\" \"$(dirname {shlex.quote(pid_path)})\" || exit 1\n"
+            f'mkdir -p "$(dirname {shlex.quote(log_path)})" "$(dirname {shlex.quote(pid_path)})" || exit 1\n'
             # Job control on: the background job below becomes its own process group.
             f"set -m; ( trap '' HUP; exec sh -c {shlex.quote(inner)} ) > {shlex.quote(log_path)} 2>&1 < /dev/null & "
             f"echo $! > {shlex.quote(pid_path)}; echo $!"
@@ -183,8 +185,7 @@ class Host(ABC):
 
     def read_text(self, path: str, max_bytes: int = 4_000_000) -> str:
         """The last ``max_bytes`` of a text file on the host ('' if it does not exist)."""
-        result = self.run(f"tail -c {int(max_bytes)} {shlex.quote(path)} 2>/dev/null",
-                          check=False, timeout_s=60)
+        result = self.run(f"tail -c {int(max_bytes)} {shlex.quote(path)} 2>/dev/null", check=False, timeout_s=60)
         return result.stdout
 
 
@@ -208,7 +209,6 @@ def http_via_shell(host: Host, method: str, port: int, path: str, timeout_s: flo
     Status 0 means nothing answered (connection refused, timeout).
     """
     url = f"http://127.0.0.1:{int(port)}{path}"
-    result = host.run(["python3", "-c", HTTP_PROBE, url, str(timeout_s), method], check=False,
-                      timeout_s=timeout_s + 30)
+    result = host.run(["python3", "-c", HTTP_PROBE, url, str(timeout_s), method], check=False, timeout_s=timeout_s + 30)
     first, _, body = result.stdout.partition("\n")
     return (int(first) if first.strip().isdigit() else 0), body

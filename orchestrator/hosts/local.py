@@ -56,25 +56,38 @@ def _read_lines(stream: IO[str], into: list[str], on_line: Callable[[str], None]
 class LocalHost(Host):
     name = "localhost"
 
-    def _exec(self, command: str, timeout_s: float | None,
-              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
+    def _exec(
+        self, command: str, timeout_s: float | None, on_stderr_line: Callable[[str], None] | None = None
+    ) -> CommandResult:
         """Run tied to our life: on a timeout, a Ctrl-C or any error the command's whole tree is
         killed, and a watchdog kills it within a second if we are SIGKILLed (a `torchrun` and
         its ranks must not outlive a dead controller). A server started by `start_detached` has
         left the tree by then (its launcher exits at once) and is not touched. Both pipes are
         drained by threads (stderr a line at a time, for ``on_stderr_line``), so neither can fill
         and stall the command."""
-        process = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   stdin=subprocess.DEVNULL, text=True, errors="replace", process_group=0)
+        process = subprocess.Popen(
+            ["bash", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            process_group=0,
+        )
         script = WATCHDOG.replace("CONTROLLER", str(os.getpid())).replace("COMMAND", str(process.pid))
         watchdog = subprocess.Popen(
             ["sh", "-c", script],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         stdout: list[str] = []
         stderr: list[str] = []
-        readers = [threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True),  # type: ignore[union-attr]
-                   threading.Thread(target=_read_lines, args=(process.stderr, stderr, on_stderr_line), daemon=True)]
+        readers = [
+            threading.Thread(target=lambda: stdout.append(process.stdout.read()), daemon=True),  # type: ignore[union-attr]
+            threading.Thread(target=_read_lines, args=(process.stderr, stderr, on_stderr_line), daemon=True),
+        ]
         for reader in readers:
             reader.start()
         try:
@@ -115,8 +128,7 @@ class LocalHost(Host):
         if Path(local_path).resolve() != target.resolve():
             shutil.copyfile(local_path, target)
 
-    def get(self, remote_path: str, local_path: Path,
-            progress: Callable[[int, int], None] | None = None) -> None:
+    def get(self, remote_path: str, local_path: Path, progress: Callable[[int, int], None] | None = None) -> None:
         source = Path(remote_path).expanduser()
         self.put(source, str(local_path))
         if progress is not None:  # one local copy: seconds even for GBs, so said once, done

@@ -28,7 +28,7 @@ CHUNK_BYTES = 1 << 20
 # their own). `$PPID` is the shell's parent in subshells too; `ps -p`, not `kill -0`, as sshd
 # may run as another user.
 PARENT_DEATH = (
-    "( tree() { for c in $(ps -o pid= --ppid \"$1\"); do tree \"$c\"; done; echo \"$1\"; };"
+    '( tree() { for c in $(ps -o pid= --ppid "$1"); do tree "$c"; done; echo "$1"; };'
     " while ps -p $PPID >/dev/null 2>&1 && kill -0 $__c 2>/dev/null; do sleep 1; done;"
     " kill -0 $__c 2>/dev/null && kill -9 $(tree $__c) ) </dev/null >/dev/null 2>&1 &"
 )
@@ -64,15 +64,18 @@ class RemoteShell:
     def close(self) -> None:
         self.channel.close()
 
-    def run(self, command: str, timeout_s: float | None,
-            on_stderr_line: Callable[[str], None] | None = None) -> tuple[int, str, str]:
+    def run(
+        self, command: str, timeout_s: float | None, on_stderr_line: Callable[[str], None] | None = None
+    ) -> tuple[int, str, str]:
         marker = secrets.token_hex(12)
         # eval of a quoted string in a subshell: a syntax error, `exit` or `cd` in the command
         # ends or changes only that subshell, never the shell that serves the next command. It
         # runs beside a watchdog tied to our connection (see PARENT_DEATH).
-        script = (f"( eval {shlex.quote(command)} ) </dev/null & __c=$!; {PARENT_DEATH} __w=$!;"
-                  f" wait $__c; __rc=$?; kill $__w 2>/dev/null;"
-                  f" printf '\\n%s %s\\n' {marker} $__rc; printf '\\n%s\\n' {marker} >&2\n")
+        script = (
+            f"( eval {shlex.quote(command)} ) </dev/null & __c=$!; {PARENT_DEATH} __w=$!;"
+            f" wait $__c; __rc=$?; kill $__w 2>/dev/null;"
+            f" printf '\\n%s %s\\n' {marker} $__rc; printf '\\n%s\\n' {marker} >&2\n"
+        )
         self.channel.sendall(script.encode())
         out_end = f"\n{marker} ".encode()
         err_end = f"\n{marker}\n".encode()

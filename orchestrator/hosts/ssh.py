@@ -98,11 +98,18 @@ class SSHHost(Host):
         client.set_missing_host_key_policy(_RefuseUnknownKey(target.known_hosts))
         sock = None
         if target.proxy_jump:
-            self._jump = SSHHost(SSHTarget(alias=target.proxy_jump, hostname=target.proxy_jump,
-                                           known_hosts=target.known_hosts,
-                                           ssh_config=target.ssh_config))
-            sock = self._jump.client().get_transport().open_channel(
-                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0)
+            self._jump = SSHHost(
+                SSHTarget(
+                    alias=target.proxy_jump,
+                    hostname=target.proxy_jump,
+                    known_hosts=target.known_hosts,
+                    ssh_config=target.ssh_config,
+                )
+            )
+            sock = (
+                self._jump.client()
+                .get_transport()
+                .open_channel("direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0))
             )
         try:
             client.connect(
@@ -161,8 +168,9 @@ class SSHHost(Host):
             self._jump.close()
 
     # -- commands -------------------------------------------------------------------------
-    def _exec(self, command: str, timeout_s: float | None,
-              on_stderr_line: Callable[[str], None] | None = None) -> CommandResult:
+    def _exec(
+        self, command: str, timeout_s: float | None, on_stderr_line: Callable[[str], None] | None = None
+    ) -> CommandResult:
         shell = self._live_shell()
         try:
             code, stdout, stderr = shell.run(command, timeout_s, on_stderr_line)
@@ -173,8 +181,9 @@ class SSHHost(Host):
             # The command may or may not have run: never re-sent here. The runner re-runs
             # the whole (idempotent) task instead.
             self._drop()
-            raise ConnectionLost(f"ssh {self.name}: connection lost running `{command[:80]}`"
-                                 f" ({type(err).__name__}: {err})") from None
+            raise ConnectionLost(
+                f"ssh {self.name}: connection lost running `{command[:80]}` ({type(err).__name__}: {err})"
+            ) from None
         return CommandResult(command, code, stdout, stderr)
 
     @property
@@ -224,8 +233,7 @@ class SSHHost(Host):
         finally:
             sftp.close()
 
-    def get(self, remote_path: str, local_path: Path,
-            progress: Callable[[int, int], None] | None = None) -> None:
+    def get(self, remote_path: str, local_path: Path, progress: Callable[[int, int], None] | None = None) -> None:
         """Resumable download: bytes already in ``local_path.part`` are not fetched again."""
         local_path = Path(local_path)
         local_path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,4 +263,3 @@ class SSHHost(Host):
             os.replace(partial, local_path)
         finally:
             sftp.close()
-

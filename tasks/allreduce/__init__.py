@@ -15,8 +15,7 @@ from tasks.unit import PhaseUnit, Section
 
 
 class AllreduceSection(Section):
-    decode_tokens: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [1, 8, 32],
-                                                                         min_length=1)
+    decode_tokens: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [1, 8, 32], min_length=1)
     sweep_min_bytes: int = Field(1024, ge=4, le=1 << 34)
     sweep_max_bytes: int = Field(4 << 20, ge=4, le=1 << 34)
     iterations: int = Field(50, ge=3, le=100000)
@@ -32,10 +31,17 @@ class AllreduceSection(Section):
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.allreduce.action import allreduce_action
 
-    return [TaskSpec(ALLREDUCE_BENCH, "Benchmark all-reduce across the TP ranks at decode sizes",
-                     "allreduce", allreduce_action(session), depends_on=(HOST_FACTS, MODEL_FACTS),
-                     needs=("accelerators_free",),
-                     inputs={"allreduce": session.config.allreduce.model_dump()})]
+    return [
+        TaskSpec(
+            ALLREDUCE_BENCH,
+            "Benchmark all-reduce across the TP ranks at decode sizes",
+            "allreduce",
+            allreduce_action(session),
+            depends_on=(HOST_FACTS, MODEL_FACTS),
+            needs=("accelerators_free",),
+            inputs={"allreduce": session.config.allreduce.model_dump()},
+        )
+    ]
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
@@ -44,5 +50,11 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return allreduce_section(findings)
 
 
-UNIT = PhaseUnit(name="allreduce", specs=_specs, results=(ALLREDUCE_BENCH,), config=AllreduceSection, requires=("host", "model"),
-                 section=_section)
+UNIT = PhaseUnit(
+    name="allreduce",
+    specs=_specs,
+    results=(ALLREDUCE_BENCH,),
+    config=AllreduceSection,
+    requires=("host", "model"),
+    section=_section,
+)

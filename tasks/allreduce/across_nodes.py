@@ -21,8 +21,7 @@ from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import last_json
 from tasks.session import Node, Session
 
-FREE_PORT = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0));"
-             " print(s.getsockname()[1])")
+FREE_PORT = "import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])"
 
 
 @dataclass
@@ -39,8 +38,9 @@ def free_port(session: Session, node: Node) -> int:
     return int(out.stdout.strip())
 
 
-def run_across_nodes(session: Session, script: Path, args: list[str], ranks: int,
-                     env: Mapping[str, str], timeout_s: float, tag: str) -> Any:
+def run_across_nodes(
+    session: Session, script: Path, args: list[str], ranks: int, env: Mapping[str, str], timeout_s: float, tag: str
+) -> Any:
     """``script`` under torchrun with ``ranks`` ranks split evenly over every node; the JSON
     document rank 0 printed."""
     nodes = session.nodes
@@ -61,17 +61,39 @@ def run_across_nodes(session: Session, script: Path, args: list[str], ranks: int
                 host.stop_group(run.pid, grace_s=5)
 
 
-def start_node(session: Session, node: Node, script: Path, args: list[str], per_node: int, port: int,
-               env: Mapping[str, str], tag: str) -> NodeRun:
+def start_node(
+    session: Session,
+    node: Node,
+    script: Path,
+    args: list[str],
+    per_node: int,
+    port: int,
+    env: Mapping[str, str],
+    tag: str,
+) -> NodeRun:
     nodes = session.nodes
     folder = f"{node.workdir}/allreduce"
     log, status_file, pid_file = (f"{folder}/{tag}.node{node.index}.{kind}" for kind in ("log", "status", "pid"))
     remote = session.ship(script, node)
     host = session.node_host(node.index)
     host.run(f"mkdir -p {shlex.quote(folder)} && rm -f {shlex.quote(status_file)}", timeout_s=30)
-    command = [node.python, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)),
-               "--node-rank", str(node.index), "--nproc-per-node", str(per_node),
-               "--master-addr", str(nodes[0].ip), "--master-port", str(port), remote, *args]
+    command = [
+        node.python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(len(nodes)),
+        "--node-rank",
+        str(node.index),
+        "--nproc-per-node",
+        str(per_node),
+        "--master-addr",
+        str(nodes[0].ip),
+        "--master-port",
+        str(port),
+        remote,
+        *args,
+    ]
     wrapped = ["sh", "-c", f"{shlex.join(command)}; echo $? > {shlex.quote(status_file)}"]
     node_env = {**env, "GLOO_SOCKET_IFNAME": str(node.interface), "NCCL_SOCKET_IFNAME": str(node.interface)}
     pid = host.start_detached(wrapped, log, pid_file, env=node_env)
@@ -98,14 +120,19 @@ def wait_all(session: Session, runs: list[NodeRun], timeout_s: float) -> None:
                 continue
             if status or not host.group_pids(run.pid):
                 why = f"exited with status {status}" if status else "vanished without an exit status"
-                raise TaskFailed(f"the all-reduce run on {run.node.label} {why}; the other nodes' runs were"
-                                 " stopped", output_tail=tail_lines(host.read_text(run.log, 200_000), 30))
+                raise TaskFailed(
+                    f"the all-reduce run on {run.node.label} {why}; the other nodes' runs were stopped",
+                    output_tail=tail_lines(host.read_text(run.log, 200_000), 30),
+                )
         if pending and time.monotonic() > deadline:
             names = ", ".join(run.node.label for run in pending.values())
-            raise TaskFailed(f"the all-reduce run still ran on {names} after {timeout_s:.0f} s; stopped every"
-                             " node's run (a rank waiting for a peer that never came: check nodes.*.ip and"
-                             " nodes.*.interface)",
-                             output_tail=tail_lines(session.node_host(next(iter(pending))).read_text(
-                                 next(iter(pending.values())).log, 200_000), 30))
+            raise TaskFailed(
+                f"the all-reduce run still ran on {names} after {timeout_s:.0f} s; stopped every"
+                " node's run (a rank waiting for a peer that never came: check nodes.*.ip and"
+                " nodes.*.interface)",
+                output_tail=tail_lines(
+                    session.node_host(next(iter(pending))).read_text(next(iter(pending.values())).log, 200_000), 30
+                ),
+            )
         if pending:
             time.sleep(1)

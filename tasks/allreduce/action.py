@@ -42,17 +42,30 @@ def variant_tag(env: dict[str, str]) -> str:
     return "-".join(env.values()).lower() or "default"
 
 
-def bench(session: Session, args: list[str], tp: int, env: dict[str, str], tag: str,
-          progress: Callable[..., None], log: Callable[[str], None]) -> dict:
+def bench(
+    session: Session,
+    args: list[str],
+    tp: int,
+    env: dict[str, str],
+    tag: str,
+    progress: Callable[..., None],
+    log: Callable[[str], None],
+) -> dict:
     """One run of the bench at the server's layout: on the host (its sizes shown as they are
     timed), or across every node (detached on each: no progress lines)."""
     if session.multi_node:
         return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
     for attempt in crashed_rank_policy(log):
         with attempt:
-            return run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=env,
-                                   launcher=standalone(session, tp),
-                                   progress=lambda label, *rest: progress(f"{label} ({tag})", *rest))
+            return run_json_script(
+                session,
+                ALLREDUCE_SCRIPT,
+                args,
+                timeout_s=1800,
+                env=env,
+                launcher=standalone(session, tp),
+                progress=lambda label, *rest: progress(f"{label} ({tag})", *rest),
+            )
     raise AssertionError("unreachable: the policy re-raises the last error")
 
 
@@ -64,8 +77,10 @@ def server_path(run: AllreduceRun) -> tuple[str, dict[int, AllreduceRow]]:
     if run.vllm_shm_rows:
         return "vLLM CPU shared-memory all-reduce (_C::shm_allreduce)", {r.bytes: r for r in run.vllm_shm_rows}
     if run.graph_rows:
-        return (f"torch.distributed {run.backend}, captured in a CUDA graph and replayed",
-                {r.bytes: r for r in run.graph_rows})
+        return (
+            f"torch.distributed {run.backend}, captured in a CUDA graph and replayed",
+            {r.bytes: r for r in run.graph_rows},
+        )
     return f"torch.distributed {run.backend}", {r.bytes: r for r in run.rows}
 
 
@@ -75,16 +90,21 @@ def allreduce_action(session: Session):
         host = ctx.input(HOST_FACTS)
         cfg = session.config.allreduce
         tp = session.config.service.tensor_parallel
-        model_sizes, sizes = message_sizes(shapes.hidden_size, cfg.decode_tokens,
-                                           cfg.sweep_min_bytes, cfg.sweep_max_bytes)
+        model_sizes, sizes = message_sizes(
+            shapes.hidden_size, cfg.decode_tokens, cfg.sweep_min_bytes, cfg.sweep_max_bytes
+        )
         variants: list[dict[str, str]] = [{}]
         if host.accelerator == "cuda" and cfg.nccl_variants:
-            variants += [{"NCCL_ALGO": algo, "NCCL_PROTO": proto}
-                         for algo in ("Ring", "Tree") for proto in ("LL", "LL128", "Simple")]
+            variants += [
+                {"NCCL_ALGO": algo, "NCCL_PROTO": proto}
+                for algo in ("Ring", "Tree")
+                for proto in ("LL", "LL128", "Simple")
+            ]
         runs: list[AllreduceRun] = []
         args = ["--sizes", ",".join(map(str, sizes)), "--iterations", str(cfg.iterations)]
         base_env = {"OMP_NUM_THREADS": "1", "ALLREDUCE_DEVICE": host.accelerator} | bench_env(
-            host.accelerator, session.config.service.env)
+            host.accelerator, session.config.service.env
+        )
         for env in variants:
             try:
                 document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress, ctx.log)
@@ -95,35 +115,58 @@ def allreduce_action(session: Session):
                 continue
             result = AllreduceRun.model_validate({**document, "env": env, "nodes": len(session.nodes)})
             runs.append(result)
-            ctx.log(f"{result.backend} {shlex.join(f'{k}={v}' for k, v in env.items()) or 'default'}:"
-                    f" {len(result.rows)} sizes" + (f" across {len(session.nodes)} nodes" if session.multi_node else ""))
+            ctx.log(
+                f"{result.backend} {shlex.join(f'{k}={v}' for k, v in env.items()) or 'default'}:"
+                f" {len(result.rows)} sizes" + (f" across {len(session.nodes)} nodes" if session.multi_node else "")
+            )
         intra_node = None
         if session.multi_node:
             # The same all-reduce with every rank on the head, beside the layout the server runs:
             # what crossing the network costs. GPUs: as many ranks as the head has (at least 2).
             width = tp if host.accelerator == "cpu" else min(tp, host.gpu_count)
             if width > 1:
-                document = run_json_script(session, ALLREDUCE_SCRIPT, args, timeout_s=1800, env=base_env,
-                                           launcher=standalone(session, width), progress=ctx.progress)
+                document = run_json_script(
+                    session,
+                    ALLREDUCE_SCRIPT,
+                    args,
+                    timeout_s=1800,
+                    env=base_env,
+                    launcher=standalone(session, width),
+                    progress=ctx.progress,
+                )
                 intra_node = AllreduceRun.model_validate({**document, "env": {}, "nodes": 1})
-                ctx.log(f"{intra_node.backend} at {width} ranks within {session.nodes[0].label}:"
-                        f" {len(intra_node.rows)} sizes")
+                ctx.log(
+                    f"{intra_node.backend} at {width} ranks within {session.nodes[0].label}:"
+                    f" {len(intra_node.rows)} sizes"
+                )
         default = runs[0]
         predicted_by, by_size = server_path(default)
         per_step = shapes.allreduces_per_step
-        predictions = [Prediction(decode_tokens=tokens, bytes=size, latency_us=by_size[size].latency_us,
-                                  allreduces_per_step=per_step,
-                                  predicted_ms_per_step=per_step * by_size[size].latency_us / 1000)
-                       for tokens, size in zip(sorted(cfg.decode_tokens), model_sizes, strict=False)
-                       if size in by_size]
+        predictions = [
+            Prediction(
+                decode_tokens=tokens,
+                bytes=size,
+                latency_us=by_size[size].latency_us,
+                allreduces_per_step=per_step,
+                predicted_ms_per_step=per_step * by_size[size].latency_us / 1000,
+            )
+            for tokens, size in zip(sorted(cfg.decode_tokens), model_sizes, strict=False)
+            if size in by_size
+        ]
         artifact = ctx.artifacts_dir / "allreduce.json"
         write_atomic(artifact, json.dumps([r.model_dump(mode="json") for r in runs], indent=1).encode())
-        return AllreduceResult(backend=default.backend or "?", world_size=default.world_size or tp,
-                               model_sizes_bytes=model_sizes, runs=runs, predictions=predictions,
-                               nodes=len(session.nodes), intra_node=intra_node,
-                               predicted_by=predicted_by,
-                               allreduces_per_step_source="2 per layer (attention o_proj, MLP/MoE down)"
-                                                          " + 1 (vocab-parallel embedding), from config.json",
-                               artifact=str(artifact))
+        return AllreduceResult(
+            backend=default.backend or "?",
+            world_size=default.world_size or tp,
+            model_sizes_bytes=model_sizes,
+            runs=runs,
+            predictions=predictions,
+            nodes=len(session.nodes),
+            intra_node=intra_node,
+            predicted_by=predicted_by,
+            allreduces_per_step_source="2 per layer (attention o_proj, MLP/MoE down)"
+            " + 1 (vocab-parallel embedding), from config.json",
+            artifact=str(artifact),
+        )
 
     return run

@@ -31,12 +31,15 @@ class AllreduceRun(Result):
     repeats: int | None = None
     nccl_algo: str | None = None
     nccl_proto: str | None = None
-    collective_env: dict[str, str] = Field(default_factory=dict, description=(
-        "NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_* and CUDA_VISIBLE_DEVICES as the ranks saw them"))
+    collective_env: dict[str, str] = Field(
+        default_factory=dict,
+        description=("NCCL_*, TORCH_SYMM_MEM_*, NVSHMEM_* and CUDA_VISIBLE_DEVICES as the ranks saw them"),
+    )
     torch: str | None = None
     rows: list[AllreduceRow] = Field(default_factory=list)
-    graph_rows: list[AllreduceRow] | None = Field(None, description=(
-        "CUDA: the same all-reduces captured in a CUDA graph and replayed, as vLLM runs decode"))
+    graph_rows: list[AllreduceRow] | None = Field(
+        None, description=("CUDA: the same all-reduces captured in a CUDA graph and replayed, as vLLM runs decode")
+    )
     graph_unavailable: str | None = None
     vllm_shm_rows: list[AllreduceRow] | None = None
     vllm_shm_unavailable: str | None = None
@@ -61,8 +64,10 @@ class AllreduceResult(Result):
     allreduces_per_step_source: str
     artifact: str
     nodes: int = Field(1, description="hosts the server's ranks (and these runs' ranks) span")
-    intra_node: AllreduceRun | None = Field(None, description=(
-        "multi-node: the same all-reduce with every rank on the head, beside the runs across the nodes"))
+    intra_node: AllreduceRun | None = Field(
+        None,
+        description=("multi-node: the same all-reduce with every rank on the head, beside the runs across the nodes"),
+    )
 
 
 ALLREDUCE_BENCH = TaskRef("allreduce_bench", AllreduceResult)

@@ -52,16 +52,18 @@ class Classifier:
         return category
 
 
-def analyze_trace(path: Path, classify: Classifier, fallback_rank: int = 0,
-                  marker: StepMarker | None = None) -> dict[str, Any]:
+def analyze_trace(
+    path: Path, classify: Classifier, fallback_rank: int = 0, marker: StepMarker | None = None
+) -> dict[str, Any]:
     """One rank's step breakdown (per category calls, µs a call, ms a step, share): decode
     steps at the top level (or, with none, the steps the marker found, or the whole trace),
     the other kinds of step broken down beside them."""
     return analyze_columns(read_columns(path), classify, str(path), fallback_rank, marker or step_marker())
 
 
-def analyze_columns(columns: Columns, classify: Classifier, source: str, fallback_rank: int = 0,
-                    marker: StepMarker | None = None) -> dict[str, Any]:
+def analyze_columns(
+    columns: Columns, classify: Classifier, source: str, fallback_rank: int = 0, marker: StepMarker | None = None
+) -> dict[str, Any]:
     rank = columns.rank if columns.rank is not None else fallback_rank
     kind = "gpu" if columns.device_ts else "cpu"
     marker = resolve(marker or step_marker(), {name for _, name, *_ in columns.steps})
@@ -69,15 +71,24 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
     # Each distinct name is matched and parsed once: a trace repeats a few step names thousands of times.
     marking = {name for name in {name for _, name, *_ in columns.steps} if marker.matches(name)}
     marked = [(cat, name, ts, dur, tid) for cat, name, ts, dur, tid in columns.steps if name in marking]
-    wanted = "gpu_user_annotation" if kind == "gpu" and any(
-        cat == "gpu_user_annotation" for cat, *_ in marked) else "user_annotation"
-    steps = merge_stream_ranges(sorted(((ts, dur, name, tid) for cat, name, ts, dur, tid in marked
-                                        if cat == wanted), key=lambda step: (step[0], -step[1])))
+    wanted = (
+        "gpu_user_annotation"
+        if kind == "gpu" and any(cat == "gpu_user_annotation" for cat, *_ in marked)
+        else "user_annotation"
+    )
+    steps = merge_stream_ranges(
+        sorted(
+            ((ts, dur, name, tid) for cat, name, ts, dur, tid in marked if cat == wanted),
+            key=lambda step: (step[0], -step[1]),
+        )
+    )
     note = None
     if not steps:
         steps = [_whole_trace(columns, kind, source)]
-        note = (f"no step annotations matching the `{marker.spec}` marker: the whole trace is one window"
-                " (choose another with --step-marker)")
+        note = (
+            f"no step annotations matching the `{marker.spec}` marker: the whole trace is one window"
+            " (choose another with --step-marker)"
+        )
     starts = np.array([ts for ts, _, _ in steps])
     ends = starts + np.array([dur for _, dur, _ in steps])
     # Each step's kind from its annotation: decode, prefill, mixed (vLLM batches both), or
@@ -106,36 +117,54 @@ def analyze_columns(columns: Columns, classify: Classifier, source: str, fallbac
     events = (ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside])
     category_of_name = [classify(name) for name in columns.names]
     present = [k for k in ("decode", "step", "prefill", "mixed") if (kinds == k).any()]
-    figures = {step_kind: _figures(kinds == step_kind, events, starts, ends, columns.names,
-                                   category_of_name, classify.categories)
-               for step_kind in present}
+    figures = {
+        step_kind: _figures(
+            kinds == step_kind, events, starts, ends, columns.names, category_of_name, classify.categories
+        )
+        for step_kind in present
+    }
     top = figures[primary]
     top["gemm_sequence"] = _gemm_sequence(kinds == primary, events, columns.names, category_of_name)
-    top["between_steps"] = _between_steps(kinds == primary, ts, dur, name_ids, step_of, inside, starts,
-                                          columns.names, category_of_name)
+    top["between_steps"] = _between_steps(
+        kinds == primary, ts, dur, name_ids, step_of, inside, starts, columns.names, category_of_name
+    )
     others = {}
     for step_kind in present:
         chosen = kinds == step_kind
         if step_kind != primary:
             other = figures[step_kind]
             others[step_kind] = {
-                "steps": int(chosen.sum()), "prefill_tokens_per_step": float(prefill_tokens[chosen].mean()),
-                **{key: other[key] for key in ("device_ms_per_step", "busy_union_ms_per_step",
-                                               "wall_ms_per_step", "categories")},
-                "top_kernels": other["top_kernels"][:5]}
+                "steps": int(chosen.sum()),
+                "prefill_tokens_per_step": float(prefill_tokens[chosen].mean()),
+                **{
+                    key: other[key]
+                    for key in ("device_ms_per_step", "busy_union_ms_per_step", "wall_ms_per_step", "categories")
+                },
+                "top_kernels": other["top_kernels"][:5],
+            }
     chosen = kinds == primary
     if primary != "decode" and note is None:
-        note = (f"no decode steps: the top-level figures are the {int(chosen.sum())} {primary} steps"
-                if primary in ("prefill", "mixed") else
-                f"the `{marker.spec}` marker does not say prefill or decode: the figures cover every marked step")
+        note = (
+            f"no decode steps: the top-level figures are the {int(chosen.sum())} {primary} steps"
+            if primary in ("prefill", "mixed")
+            else f"the `{marker.spec}` marker does not say prefill or decode: the figures cover every marked step"
+        )
     return {
-        "rank": rank, "kind": kind, "decode_steps": int(chosen.sum()), "steps_kind": primary,
-        "step_marker": marker.spec, "note": note,
+        "rank": rank,
+        "kind": kind,
+        "decode_steps": int(chosen.sum()),
+        "steps_kind": primary,
+        "step_marker": marker.spec,
+        "note": note,
         "attributed_by": "launch" if by_launch else "start",
-        "world_size": columns.world_size, "trace_id": columns.trace_id,
+        "world_size": columns.world_size,
+        "trace_id": columns.trace_id,
         "decode_tokens_per_step": float(decode_tokens[chosen].mean()),
-        "prefill_steps": int((kinds == "prefill").sum()), "mixed_steps": int((kinds == "mixed").sum()),
-        **top, "other_steps": others, "trace": source,
+        "prefill_steps": int((kinds == "prefill").sum()),
+        "mixed_steps": int((kinds == "mixed").sum()),
+        **top,
+        "other_steps": others,
+        "trace": source,
     }
 
 
@@ -178,9 +207,17 @@ def merge_stream_ranges(ranges: list[tuple[float, float, str, int | str]]) -> li
     return [(ts, dur, name) for ts, dur, name, _ in merged]
 
 
-def _between_steps(chosen: np.ndarray, ts: np.ndarray, dur: np.ndarray, name_ids: np.ndarray,
-                   step_of: np.ndarray, inside: np.ndarray, starts: np.ndarray, names: list[str],
-                   category_of_name: list[str]) -> dict[str, Any]:
+def _between_steps(
+    chosen: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    name_ids: np.ndarray,
+    step_of: np.ndarray,
+    inside: np.ndarray,
+    starts: np.ndarray,
+    names: list[str],
+    category_of_name: list[str],
+) -> dict[str, Any]:
     """Work after a chosen step's annotation ends and before the next step starts. vLLM 0.26's
     model runner computes the logits (the lm_head GEMM) and samples outside `execute_context_...`
     (seen on an H200: a 245 µs lm_head kernel and the sampler between every two decode steps),
@@ -195,12 +232,16 @@ def _between_steps(chosen: np.ndarray, ts: np.ndarray, dur: np.ndarray, name_ids
         entry = by_category.setdefault(category_of_name[name_id], {"calls_per_step": 0.0, "ms_per_step": 0.0})
         entry["calls_per_step"] += 1 / per_step
         entry["ms_per_step"] += duration / 1000 / per_step
-    return {"device_ms_per_step": float(dur[between].sum()) / 1000 / per_step, "categories": by_category,
-            "top_names": [names[i] for i, _ in Counter(name_ids[between].tolist()).most_common(5)]}
+    return {
+        "device_ms_per_step": float(dur[between].sum()) / 1000 / per_step,
+        "categories": by_category,
+        "top_names": [names[i] for i, _ in Counter(name_ids[between].tolist()).most_common(5)],
+    }
 
 
-def _gemm_sequence(chosen: np.ndarray, events: tuple[np.ndarray, ...], names: list[str],
-                   category_of_name: list[str]) -> dict[str, Any] | None:
+def _gemm_sequence(
+    chosen: np.ndarray, events: tuple[np.ndarray, ...], names: list[str], category_of_name: list[str]
+) -> dict[str, Any] | None:
     """The GEMM kernels of a decode step in launch order, each position's mean µs over the steps
     that ran the usual number of GEMMs. The model's layers repeat in it, so the findings can fold
     it into the kernel each layer type ran (qkv, o_proj, ...) and its time, without the shapes,
@@ -217,13 +258,24 @@ def _gemm_sequence(chosen: np.ndarray, events: tuple[np.ndarray, ...], names: li
     rows = np.isin(steps, np.nonzero(per_step == usual)[0])
     ids, durations = ids[rows].reshape(-1, usual), durations[rows].reshape(-1, usual)
     table = sorted({int(i) for i in ids[0]})
-    return {"steps": int(ids.shape[0]), "names": [names[i][:160] for i in table],
-            "positions": [[table.index(int(i)), round(float(us), 3)]
-                          for i, us in zip(ids[0], durations.mean(axis=0), strict=True)]}
+    return {
+        "steps": int(ids.shape[0]),
+        "names": [names[i][:160] for i in table],
+        "positions": [
+            [table.index(int(i)), round(float(us), 3)] for i, us in zip(ids[0], durations.mean(axis=0), strict=True)
+        ],
+    }
 
 
-def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndarray, ends: np.ndarray,
-             names: list[str], category_of_name: list[str], categories_declared: tuple[str, ...]) -> dict[str, Any]:
+def _figures(
+    chosen: np.ndarray,
+    events: tuple[np.ndarray, ...],
+    starts: np.ndarray,
+    ends: np.ndarray,
+    names: list[str],
+    category_of_name: list[str],
+    categories_declared: tuple[str, ...],
+) -> dict[str, Any]:
     """The breakdown over the chosen steps: per category calls, µs a call, ms a step, share."""
     ts, dur, name_ids, step_of, busy = events
     keep = chosen[step_of]
@@ -270,16 +322,25 @@ def _figures(chosen: np.ndarray, events: tuple[np.ndarray, ...], starts: np.ndar
         "categories": categories,
         "communication_calls_per_step": {int(k): int(v) for k, v in sorted(Counter(comm_per_step.tolist()).items())},
         "communication_by_name_per_step": {
-            names[i]: int(name_calls[i]) / per_step for i in np.nonzero(name_calls)[0]
-            if category_of_name[i] == Category.COMMUNICATION},
-        "top_kernels": [{"name": names[i], "category": category_of_name[i],
-                         "ms_per_step": float(name_us[i]) / 1000 / per_step,
-                         "calls_per_step": int(name_calls[i]) / per_step,
-                         "mean_us_per_call": float(name_us[i]) / int(name_calls[i]),
-                         "p50_us_per_call": float(np.median(dur[name_ids == i]))}
-                        for i in top if name_calls[i]],
-        "unmatched_names": [names[i] for i in np.argsort(-name_calls, kind="stable")
-                            if name_calls[i] and category_of_name[i] == OTHER][:20],
+            names[i]: int(name_calls[i]) / per_step
+            for i in np.nonzero(name_calls)[0]
+            if category_of_name[i] == Category.COMMUNICATION
+        },
+        "top_kernels": [
+            {
+                "name": names[i],
+                "category": category_of_name[i],
+                "ms_per_step": float(name_us[i]) / 1000 / per_step,
+                "calls_per_step": int(name_calls[i]) / per_step,
+                "mean_us_per_call": float(name_us[i]) / int(name_calls[i]),
+                "p50_us_per_call": float(np.median(dur[name_ids == i])),
+            }
+            for i in top
+            if name_calls[i]
+        ],
+        "unmatched_names": [
+            names[i] for i in np.argsort(-name_calls, kind="stable") if name_calls[i] and category_of_name[i] == OTHER
+        ][:20],
         "uncategorised": uncovered_families(name_us, names, category_of_name, device_us),
         "backward_share_pct": backward_share(name_us, names, device_us),
     }
@@ -313,8 +374,9 @@ def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers: int = 1,
-                  marker: str = "vllm") -> dict[str, Any]:
+def analyze_ranks(
+    paths: dict[int, Path], rules_path: Path = RULES_PATH, workers: int = 1, marker: str = "vllm"
+) -> dict[str, Any]:
     """Every rank's breakdown, the cross-rank summary and imbalance."""
     step_marker(marker)  # a bad pattern is one line here, not in a worker
     jobs = [(str(path), rank, str(rules_path), marker) for rank, path in sorted(paths.items())]
@@ -329,9 +391,11 @@ def analyze_ranks(paths: dict[int, Path], rules_path: Path = RULES_PATH, workers
     device_ms = [r["device_ms_per_step"] for r in ranks]
     comm = [r["categories"].get(Category.COMMUNICATION, {}).get("share_pct", 0.0) for r in ranks]
     return {
-        "ranks": ranks, "warnings": warnings,
+        "ranks": ranks,
+        "warnings": warnings,
         "imbalance": {
-            "device_ms_per_step_min": min(device_ms), "device_ms_per_step_max": max(device_ms),
+            "device_ms_per_step_min": min(device_ms),
+            "device_ms_per_step_max": max(device_ms),
             "max_over_min": max(device_ms) / min(device_ms) if min(device_ms) and not warnings else None,
             "communication_share_pct_by_rank": comm,
         },

@@ -27,8 +27,10 @@ def category_enum(path: Path) -> type[StrEnum]:
     declared = tomllib.loads(path.read_text()).get("categories") or []
     missing = [name for name in REQUIRED if name not in declared]
     if missing:
-        raise InputError(f"{path}: field 'categories': lacks {', '.join(missing)}, which the findings read;"
-                         " keep the name, or rename it in tasks/analysis/categories.py and where Category is read")
+        raise InputError(
+            f"{path}: field 'categories': lacks {', '.join(missing)}, which the findings read;"
+            " keep the name, or rename it in tasks/analysis/categories.py and where Category is read"
+        )
     return StrEnum("Category", {name.upper(): name for name in [*declared, OTHER]})
 
 

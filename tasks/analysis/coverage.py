@@ -34,7 +34,7 @@ def family(name: str) -> str:
             length = int(match[1])
             word = match[2][:length]
             parts.append(word)
-            rest = rest[len(match[1]) + length:]
+            rest = rest[len(match[1]) + length :]
             if len(word) < length:
                 break
         return "::".join(parts) or text[:60]
@@ -48,8 +48,9 @@ def family(name: str) -> str:
     return "_".join(kept) or text
 
 
-def uncovered_families(name_us: np.ndarray, names: list[str], category_of_name: list[str],
-                       device_us: float, guard_pct: float = GUARD_PCT) -> list[dict]:
+def uncovered_families(
+    name_us: np.ndarray, names: list[str], category_of_name: list[str], device_us: float, guard_pct: float = GUARD_PCT
+) -> list[dict]:
     """Families of `other` names above ``guard_pct`` of device time, largest first."""
     if not device_us:
         return []
@@ -59,9 +60,11 @@ def uncovered_families(name_us: np.ndarray, names: list[str], category_of_name: 
             entry = grouped.setdefault(family(names[index]), [0.0, 0, names[index]])
             entry[0] += float(name_us[index])
             entry[1] += 1
-    return [{"family": name, "share_pct": us / device_us * 100, "names": count, "example": example[:200]}
-            for name, (us, count, example) in sorted(grouped.items(), key=lambda item: -item[1][0])
-            if us / device_us * 100 > guard_pct]
+    return [
+        {"family": name, "share_pct": us / device_us * 100, "names": count, "example": example[:200]}
+        for name, (us, count, example) in sorted(grouped.items(), key=lambda item: -item[1][0])
+        if us / device_us * 100 > guard_pct
+    ]
 
 
 def backward_share(name_us: np.ndarray, names: list[str], device_us: float) -> float:

@@ -74,15 +74,24 @@ class RankBreakdown(Result):
 
     rank: int
     kind: str = Field(description="'gpu' (device events) or 'cpu' (CPU ops)")
-    decode_steps: int = Field(description="steps in the top-level figures: decode steps unless steps_kind says otherwise")
-    steps_kind: str = Field("decode", description="what the top-level steps are: decode; prefill or mixed"
-                            " when there are no decode steps; 'step' when the marker does not say")
+    decode_steps: int = Field(
+        description="steps in the top-level figures: decode steps unless steps_kind says otherwise"
+    )
+    steps_kind: str = Field(
+        "decode",
+        description="what the top-level steps are: decode; prefill or mixed"
+        " when there are no decode steps; 'step' when the marker does not say",
+    )
     step_marker: str = Field("vllm", description="the annotations that marked the steps (--step-marker)")
     note: str | None = Field(None, description="set when the steps are not the usual decode steps, and why")
-    attributed_by: str = Field("start", description="'start': a kernel is in the step whose window holds its"
-                               " start; 'launch': the step whose CPU range holds its launch (CPU-only marks)")
-    backward_share_pct: float = Field(0.0, description="device time in backward/optimizer kernels: above"
-                                      " 5% the trace is a training trace")
+    attributed_by: str = Field(
+        "start",
+        description="'start': a kernel is in the step whose window holds its"
+        " start; 'launch': the step whose CPU range holds its launch (CPU-only marks)",
+    )
+    backward_share_pct: float = Field(
+        0.0, description="device time in backward/optimizer kernels: above 5% the trace is a training trace"
+    )
     uncategorised: list[Uncovered] = Field(default_factory=list, description="families in 'other' above 2%")
     world_size: int | None = Field(None, description="the trace's distributedInfo.world_size")
     trace_id: str | None = Field(None, description="the profiler session's id (Kineto's trace_id)")
@@ -95,7 +104,8 @@ class RankBreakdown(Result):
     device_ms_per_step_ci95: float | None = None
     wall_ms_per_step_ci95: float | None = None
     categories: dict[str, CategoryFigures] = Field(
-        description="every category of the rules file, in its order, then 'other'")
+        description="every category of the rules file, in its order, then 'other'"
+    )
     communication_calls_per_step: dict[int, int] = Field(description="calls in a step -> steps")
     communication_by_name_per_step: dict[str, float]
     top_kernels: list[KernelFigures]

@@ -59,16 +59,24 @@ def load_rules_document(path: Path) -> RulesDocument:
         # A misspelt key shows as an unknown key and a missing one: name the misspelling.
         first = sorted(err.errors(), key=lambda error: error["type"] != "extra_forbidden")[0]
         loc = [str(part) for part in first["loc"]]
-        where = f"[[rule]] #{int(loc[1]) + 1} key '{'.'.join(loc[2:])}'" if loc[:1] == ["rule"] and len(loc) > 2 \
+        where = (
+            f"[[rule]] #{int(loc[1]) + 1} key '{'.'.join(loc[2:])}'"
+            if loc[:1] == ["rule"] and len(loc) > 2
             else f"key '{'.'.join(loc)}'"
+        )
         known = RuleSpec.model_fields if loc[:1] == ["rule"] else RulesDocument.model_fields
         close = difflib.get_close_matches(loc[-1], list(known), n=1)
-        fix = (f"unknown key{f' (did you mean {close[0]!r}?)' if close else ''}: a [[rule]] has category and"
-               " patterns, the file a categories list" if first["type"] == "extra_forbidden"
-               else "each [[rule]] needs category and patterns")
+        fix = (
+            f"unknown key{f' (did you mean {close[0]!r}?)' if close else ''}: a [[rule]] has category and"
+            " patterns, the file a categories list"
+            if first["type"] == "extra_forbidden"
+            else "each [[rule]] needs category and patterns"
+        )
         raise InputError(f"{path}: bad rules file: {where}: {first['msg']}; {fix}") from None
     undeclared = sorted({rule.category for rule in rules.rule} - set(rules.declared()))
     if undeclared:
-        raise InputError(f"{path}: field 'categories': rules use {', '.join(undeclared)}, which the"
-                         " list does not declare; add them to `categories`")
+        raise InputError(
+            f"{path}: field 'categories': rules use {', '.join(undeclared)}, which the"
+            " list does not declare; add them to `categories`"
+        )
     return rules

@@ -27,8 +27,11 @@ from orchestrator.errors import InputError
 VLLM_STEP = re.compile(r"execute_(?:\d+_)?context_(\d+)\(([^)]*)\)_generation_(\d+)\(([^)]*)\)")
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 SGLANG_BATCH = re.compile(r"^step\[(?P<kind>[A-Za-z_]+)[^\]]*\]")
-SGLANG_STEP = re.compile(r"^step\[(?P<kind>[A-Za-z_]+)[^\]]*\]|(?P<said>decode|extend|prefill|mixed)"
-                         r"|^ProfilerStep#\d+$", re.I)
+SGLANG_STEP = re.compile(
+    r"^step\[(?P<kind>[A-Za-z_]+)[^\]]*\]|(?P<said>decode|extend|prefill|mixed)"
+    r"|^ProfilerStep#\d+$",
+    re.I,
+)
 FIRST_NUMBER = re.compile(r"\d+")
 BATCH_SIZE = re.compile(r"\bbs=(\d+)")
 BATCH_TOKENS = re.compile(r"\btoks=(\d+)")
@@ -51,19 +54,36 @@ class StepMarker:
             return "step", 0.0, 0.0
         if self.spec == "vllm":
             context, generation = int(match[1]), int(match[3])
-            kind = ("decode" if context == 0 and generation > 0 else
-                    "prefill" if generation == 0 and context > 0 else "mixed" if context else "step")
+            kind = (
+                "decode"
+                if context == 0 and generation > 0
+                else "prefill"
+                if generation == 0 and context > 0
+                else "mixed"
+                if context
+                else "step"
+            )
             return kind, _first_number(match[2]), _first_number(match[4])
         groups = match.groupdict()
         said = (groups.get("kind") or groups.get("said") or "").lower()
-        kind = ("decode" if "decode" in said else "prefill" if "extend" in said or "prefill" in said
-                else "mixed" if "mixed" in said else "step")
+        kind = (
+            "decode"
+            if "decode" in said
+            else "prefill"
+            if "extend" in said or "prefill" in said
+            else "mixed"
+            if "mixed" in said
+            else "step"
+        )
         if self.spec != "sglang":
             return kind, 0.0, 0.0
         batch = BATCH_SIZE.search(name)
         tokens = BATCH_TOKENS.search(name)
-        return (kind, float(tokens[1]) if tokens and kind != "decode" else 0.0,
-                float(batch[1]) if batch and kind == "decode" else 0.0)
+        return (
+            kind,
+            float(tokens[1]) if tokens and kind != "decode" else 0.0,
+            float(batch[1]) if batch and kind == "decode" else 0.0,
+        )
 
 
 def _first_number(text: str) -> float:
@@ -82,8 +102,10 @@ def step_marker(spec: str = "vllm") -> StepMarker:
     try:
         return StepMarker(spec, re.compile(spec))
     except re.error as err:
-        raise InputError(f"--step-marker {spec!r}: not one of {', '.join(BUILT_IN)} nor a valid regular"
-                         f" expression ({err}); fix the pattern, e.g. '^decode_step_\\d+$'") from None
+        raise InputError(
+            f"--step-marker {spec!r}: not one of {', '.join(BUILT_IN)} nor a valid regular"
+            f" expression ({err}); fix the pattern, e.g. '^decode_step_\\d+$'"
+        ) from None
 
 
 def resolve(marker: StepMarker, names: set[str]) -> StepMarker:

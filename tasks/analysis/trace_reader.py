@@ -91,9 +91,24 @@ class LinkedWhole(msgspec.Struct):
 LINKED_WHOLE = msgspec.json.Decoder(LinkedWhole)
 METADATA = msgspec.json.Decoder(Metadata)
 
-KNOWN_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "user_annotation", "gpu_user_annotation", "cpu_op",
-              "cuda_runtime", "cuda_driver", "ac2g", "overhead", "Trace", "python_function", "fwdbwd",
-              "cpu_instant_event", "cuda_sync", "gpu_op")
+KNOWN_CATS = (
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "user_annotation",
+    "gpu_user_annotation",
+    "cpu_op",
+    "cuda_runtime",
+    "cuda_driver",
+    "ac2g",
+    "overhead",
+    "Trace",
+    "python_function",
+    "fwdbwd",
+    "cpu_instant_event",
+    "cuda_sync",
+    "gpu_op",
+)
 """The `cat` values of Kineto traces (vLLM's on CPU and on H200s among them)."""
 
 
@@ -106,17 +121,39 @@ def _by_category(wanted: frozenset[str], linked: bool = False) -> tuple[msgspec.
     (`_take_run`): the same events either way."""
     kinds = []
     for cat in KNOWN_CATS:
-        fields = [(name, kind, default) for name, kind, default in
-                  (("ph", str, ""), ("name", str, ""), ("ts", float, 0.0), ("dur", float, 0.0), ("tid", int | str, 0),
-                   *((("args", CorrelationArgs | None, None),) if linked else ()))
-                  ] if cat in wanted else []
-        kinds.append(msgspec.defstruct(f"{'Kept' if cat in wanted else 'Skipped'}_{cat}", fields, tag_field="cat",
-                                       tag=cat, gc=False, namespace={"cat": cat}))
+        fields = (
+            [
+                (name, kind, default)
+                for name, kind, default in (
+                    ("ph", str, ""),
+                    ("name", str, ""),
+                    ("ts", float, 0.0),
+                    ("dur", float, 0.0),
+                    ("tid", int | str, 0),
+                    *((("args", CorrelationArgs | None, None),) if linked else ()),
+                )
+            ]
+            if cat in wanted
+            else []
+        )
+        kinds.append(
+            msgspec.defstruct(
+                f"{'Kept' if cat in wanted else 'Skipped'}_{cat}",
+                fields,
+                tag_field="cat",
+                tag=cat,
+                gc=False,
+                namespace={"cat": cat},
+            )
+        )
     return msgspec.json.Decoder(list[Union[tuple(kinds)]]), frozenset(k for k in kinds if k.__struct_fields__)  # noqa: UP007
 
 
-BY_CATEGORY = {"cpu": _by_category(CPU_PASS_CATS), "gpu": _by_category(GPU_PASS_CATS),
-               "linked": _by_category(LINK_PASS_CATS, linked=True)}
+BY_CATEGORY = {
+    "cpu": _by_category(CPU_PASS_CATS),
+    "gpu": _by_category(GPU_PASS_CATS),
+    "linked": _by_category(LINK_PASS_CATS, linked=True),
+}
 
 
 @dataclass
@@ -196,14 +233,18 @@ class Columns:
 
     def arrays(self, which: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         prefix = "device" if which == "device" else "cpu"
-        return (np.frombuffer(getattr(self, f"{prefix}_ts"), dtype=np.float64),
-                np.frombuffer(getattr(self, f"{prefix}_dur"), dtype=np.float64),
-                np.frombuffer(getattr(self, f"{prefix}_name"), dtype=np.int64))
+        return (
+            np.frombuffer(getattr(self, f"{prefix}_ts"), dtype=np.float64),
+            np.frombuffer(getattr(self, f"{prefix}_dur"), dtype=np.float64),
+            np.frombuffer(getattr(self, f"{prefix}_name"), dtype=np.int64),
+        )
 
 
 def _bad(path: Path, why: str) -> InputError:
-    return InputError(f"{path}: {why}; it may be truncated or not a profiler trace: fetch it again"
-                      " (`orchestrate reset profile_capture`)")
+    return InputError(
+        f"{path}: {why}; it may be truncated or not a profiler trace: fetch it again"
+        " (`orchestrate reset profile_capture`)"
+    )
 
 
 def _open(path: Path):  # noqa: ANN202 - a binary file object
@@ -251,7 +292,7 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
             break
         start = EVENTS_KEY.search(buffer)
         if start is not None:
-            prefix, buffer = buffer[: start.end() - 1], buffer[start.end():]
+            prefix, buffer = buffer[: start.end() - 1], buffer[start.end() :]
             break
         block = stream.read(BLOCK_BYTES)
         if not block or len(buffer) > MAX_PENDING_BYTES:
@@ -291,8 +332,8 @@ def _events_then_trailer(path: Path, stream, text: bytes, columns: Columns) -> b
             at_end = not block
             buffer += block
         first = LEADING_SPACE.match(buffer, 1).end()
-        if buffer[first: first + 1] == b"]":  # an empty array, or the end right after a cut
-            return bytes(buffer[first + 1:])
+        if buffer[first : first + 1] == b"]":  # an empty array, or the end right after a cut
+            return bytes(buffer[first + 1 :])
         cut = _last_provable_cut(path, buffer, columns)
         if cut is not None:
             del buffer[: cut - 1]
@@ -358,6 +399,7 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
         buffer[last + 1] = after
     columns.take(events)
     return True
+
 
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:

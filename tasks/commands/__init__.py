@@ -40,20 +40,25 @@ def command_action(session: Session, command: str, timeout_s: float):
         result = session.host().run(command, timeout_s=timeout_s)
         artifact = ctx.artifacts_dir / "output.txt"
         write_atomic(artifact, (result.stdout + result.stderr).encode())
-        return CommandOutput(exit_code=result.exit_code, artifact=str(artifact),
-                             output_head=result.stdout[:2000])
+        return CommandOutput(exit_code=result.exit_code, artifact=str(artifact), output_head=result.stdout[:2000])
 
     return run
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     # A user's todo: its id is the config's, typed by what every command returns.
-    return [TaskSpec(TaskRef(command.id, CommandOutput), content=command.content, kind="command",
-                     action=command_action(session, command.run, command.timeout_s),
-                     depends_on=tuple(command.depends_on), priority=Priority(command.priority),
-                     inputs={"commands": command.model_dump(include={"run"})})
-            for command in session.config.commands]
+    return [
+        TaskSpec(
+            TaskRef(command.id, CommandOutput),
+            content=command.content,
+            kind="command",
+            action=command_action(session, command.run, command.timeout_s),
+            depends_on=tuple(command.depends_on),
+            priority=Priority(command.priority),
+            inputs={"commands": command.model_dump(include={"run"})},
+        )
+        for command in session.config.commands
+    ]
 
 
-UNIT = PhaseUnit(name="commands", specs=_specs, config=list[CommandTask], config_default=list,
-                 selectable=False)
+UNIT = PhaseUnit(name="commands", specs=_specs, config=list[CommandTask], config_default=list, selectable=False)

@@ -30,8 +30,10 @@ from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
-ELIGIBLE_NOTE = ("prioritised options, those not pursued only because TPOT's noise hides them, and"
-                 " precision trades whose predicted change clears the bar, by predicted gain")
+ELIGIBLE_NOTE = (
+    "prioritised options, those not pursued only because TPOT's noise hides them, and"
+    " precision trades whose predicted change clears the bar, by predicted gain"
+)
 
 
 def rules_of(session: Session) -> Any:
@@ -74,23 +76,32 @@ def configured(session: Session) -> tuple[list[Experiment], dict[str, Experiment
             explicit += expand(entry, index)
             continue
         if entry.option == GRID_OPTION:
-            raise InputError(f"campaign.toml: field 'experiments.{index}.option': missing; name the decision"
-                             f" option it applies (known: {', '.join(rules.specs)}), or give a grid")
+            raise InputError(
+                f"campaign.toml: field 'experiments.{index}.option': missing; name the decision"
+                f" option it applies (known: {', '.join(rules.specs)}), or give a grid"
+            )
         option = rules.specs.get(entry.option)
         if option is None:
-            raise InputError(f"campaign.toml: field 'experiments.{index}.option': '{entry.option}' is not an option"
-                             f" of {rules.path.name} (known: {', '.join(rules.specs)})")
-        given = Change(tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model,
-                       entry.tensor_parallel)
+            raise InputError(
+                f"campaign.toml: field 'experiments.{index}.option': '{entry.option}' is not an option"
+                f" of {rules.path.name} (known: {', '.join(rules.specs)})"
+            )
+        given = Change(
+            tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model, entry.tensor_parallel
+        )
         change, why = (given, "") if not given.empty else _default_change(option, tp)
         if change is None:
-            raise InputError(f"campaign.toml: field 'experiments.{index}': option '{entry.option}' has no default"
-                             f" change ({why}); give extra_args, env, model or tensor_parallel")
+            raise InputError(
+                f"campaign.toml: field 'experiments.{index}': option '{entry.option}' has no default"
+                f" change ({why}); give extra_args, env, model or tensor_parallel"
+            )
         explicit.append(Experiment(entry.name or entry.option, entry.option, change, entry.capture, entry.serving))
     names = [e.name for e in explicit]
     if len(set(names)) != len(names):
-        raise InputError("campaign.toml: field 'experiments': two experiments are named"
-                         f" '{next(n for n in names if names.count(n) > 1)}'; give one a `name`")
+        raise InputError(
+            "campaign.toml: field 'experiments': two experiments are named"
+            f" '{next(n for n in names if names.count(n) > 1)}'; give one a `name`"
+        )
     candidates, not_applicable = {}, {}
     if auto:
         for option_id, option in rules.specs.items():
@@ -120,8 +131,12 @@ def chosen_by_record(record: Any, candidates: dict[str, Experiment], limit: int)
 
 
 def _base_ids(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[str]:
-    return [spec.id for unit in units.values() if unit.name in enabled and unit.name != "commands"
-            for spec in unit.specs(session, enabled)]
+    return [
+        spec.id
+        for unit in units.values()
+        if unit.name in enabled and unit.name != "commands"
+        for spec in unit.specs(session, enabled)
+    ]
 
 
 def _specs(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[TaskSpec]:
@@ -130,10 +145,15 @@ def _specs(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit
     explicit, candidates, _ = configured(session)
     if not explicit and not candidates:
         return []
-    record = TaskSpec(DECISION_RECORD, "Write the decision record: predicted TPOT change of each option",
-                      "experiments", decision_record_action(session, _declared(units)), depends_on=tuple(_base_ids(session, enabled, units)),
-                      priority=Priority.high,
-                      inputs={"decision_rules": session.config.campaign.decision_rules or "shipped"})
+    record = TaskSpec(
+        DECISION_RECORD,
+        "Write the decision record: predicted TPOT change of each option",
+        "experiments",
+        decision_record_action(session, _declared(units)),
+        depends_on=tuple(_base_ids(session, enabled, units)),
+        priority=Priority.high,
+        inputs={"decision_rules": session.config.campaign.decision_rules or "shipped"},
+    )
     return [record] + [spec for experiment in explicit for spec in chain_specs(session, experiment, units)]
 
 
@@ -149,8 +169,9 @@ def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> li
     todo = todos.get(DECISION_RECORD.id)
     picked = []
     if todo is not None and todo.status == Status.completed and todo.result:
-        picked = chosen_by_record(DecisionRecord.model_validate(todo.result), candidates,
-                                  session.config.campaign.max_experiments)
+        picked = chosen_by_record(
+            DecisionRecord.model_validate(todo.result), candidates, session.config.campaign.max_experiments
+        )
     # An experiment already in the todo file stays, whatever a later record chose.
     picked += [e for e in candidates.values() if e not in picked and any(i.startswith(scope(e)) for i in todos)]
     return [spec for experiment in picked for spec in chain_specs(session, experiment, units)]
@@ -163,9 +184,14 @@ def _needs(session: Session) -> dict[str, Need]:
     explicit, candidates, _ = configured(session)
     experiments = [*explicit, *candidates.values()]
     names = {need_name(e) for e in experiments}
-    return {need_name(e): VariantServiceNeed(need_name(e), ServiceLifecycle(variant_session(session, e)),
-                                             frozenset({"service", "accelerators_free"} | names - {need_name(e)}))
-            for e in experiments}
+    return {
+        need_name(e): VariantServiceNeed(
+            need_name(e),
+            ServiceLifecycle(variant_session(session, e)),
+            frozenset({"service", "accelerators_free"} | names - {need_name(e)}),
+        )
+        for e in experiments
+    }
 
 
 def make_unit(base_units: list[PhaseUnit]) -> PhaseUnit:
@@ -173,15 +199,19 @@ def make_unit(base_units: list[PhaseUnit]) -> PhaseUnit:
     server); the registry hands them in, so this package never imports the registry."""
     units = {unit.name: unit for unit in base_units}
     # Its findings section follows the decision record (tasks/findings.py), which it checks.
-    return PhaseUnit(name="experiments", specs=lambda session, enabled: _specs(session, enabled, units),
-                     results=(DECISION_RECORD,),
-                     extra_config={"experiments": EXPERIMENTS_FIELD}, needs=_needs, selectable=False,
-                     grow=lambda session, state: _grow(session, state, units))
+    return PhaseUnit(
+        name="experiments",
+        specs=lambda session, enabled: _specs(session, enabled, units),
+        results=(DECISION_RECORD,),
+        extra_config={"experiments": EXPERIMENTS_FIELD},
+        needs=_needs,
+        selectable=False,
+        grow=lambda session, state: _grow(session, state, units),
+    )
 
 
 def experiments_run(findings: Any) -> list[Experiment]:
     """The experiments whose todos are in this campaign's todo file, in order."""
     explicit, candidates, _ = configured(findings.session)
     todos = findings.state.by_id()
-    return [e for e in [*explicit, *candidates.values()]
-            if any(todo_id in todos for todo_id in chain_ids(e).values())]
+    return [e for e in [*explicit, *candidates.values()] if any(todo_id in todos for todo_id in chain_ids(e).values())]

@@ -27,8 +27,14 @@ from tasks.profile.results import PROFILE_CAPTURE
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 
-SHADOWED: tuple[TaskRef[Any], ...] = (MODEL_FACTS, SERVICE_READY, MACRO_SINGLE, MACRO_SWEEP, PROFILE_CAPTURE,
-                                      ANALYSIS_BREAKDOWN)
+SHADOWED: tuple[TaskRef[Any], ...] = (
+    MODEL_FACTS,
+    SERVICE_READY,
+    MACRO_SINGLE,
+    MACRO_SWEEP,
+    PROFILE_CAPTURE,
+    ANALYSIS_BREAKDOWN,
+)
 """The campaign's tasks an experiment measures again on its variant (where it runs them)."""
 SHADOWED_IDS = frozenset(ref.id for ref in SHADOWED)
 
@@ -44,8 +50,10 @@ def need_name(experiment: Experiment) -> str:
 def variant_config(config: Any, change: Change) -> Any:
     """The campaign's config with the experiment's server change applied."""
     service = config.service
-    update: dict[str, Any] = {"extra_args": [*service.extra_args, *change.extra_args],
-                              "env": service.env | dict(change.env)}
+    update: dict[str, Any] = {
+        "extra_args": [*service.extra_args, *change.extra_args],
+        "env": service.env | dict(change.env),
+    }
     if change.model:
         update["model"] = change.model
     if change.tensor_parallel:
@@ -83,21 +91,33 @@ def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any])
                 built[spec.id] = spec
     missing = [spec_id for spec_id in wanted if spec_id not in built]
     if missing:
-        raise InputError(f"experiment '{experiment.name}': the campaign has no {', '.join(missing)} to re-run on"
-                         " the variant; enable its phase in campaign.phases or set capture = false")
+        raise InputError(
+            f"experiment '{experiment.name}': the campaign has no {', '.join(missing)} to re-run on"
+            " the variant; enable its phase in campaign.phases or set capture = false"
+        )
     prefix, need = scope(experiment), need_name(experiment)
     chain, previous = [], DECISION_RECORD.id
     for spec_id in wanted:
         spec = built[spec_id]
         # The shadowed tasks it waited for are its chain's links now; the campaign's model facts
         # stay where the variant keeps the model.
-        kept = [dep for dep in spec.depends_on if dep not in SHADOWED_IDS or dep == MODEL_FACTS.id
-                and MODEL_FACTS.id not in wanted]
-        chain.append(dataclasses.replace(
-            spec, ref=spec.ref.scoped(prefix), scope=prefix, isolated=True,
-            content=f"Experiment {experiment.name} ({experiment.option}): {spec.content[0].lower()}{spec.content[1:]}",
-            depends_on=tuple(dict.fromkeys([previous, *kept])),
-            needs=tuple(need if n == "service" else n for n in spec.needs),
-            inputs=spec.inputs | {"experiment": {"option": experiment.option, "change": experiment.change.describe()}}))
+        kept = [
+            dep
+            for dep in spec.depends_on
+            if dep not in SHADOWED_IDS or dep == MODEL_FACTS.id and MODEL_FACTS.id not in wanted
+        ]
+        chain.append(
+            dataclasses.replace(
+                spec,
+                ref=spec.ref.scoped(prefix),
+                scope=prefix,
+                isolated=True,
+                content=f"Experiment {experiment.name} ({experiment.option}): {spec.content[0].lower()}{spec.content[1:]}",
+                depends_on=tuple(dict.fromkeys([previous, *kept])),
+                needs=tuple(need if n == "service" else n for n in spec.needs),
+                inputs=spec.inputs
+                | {"experiment": {"option": experiment.option, "change": experiment.change.describe()}},
+            )
+        )
         previous = prefix + spec_id
     return chain

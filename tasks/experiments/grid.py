@@ -39,22 +39,35 @@ def expand(entry: ExperimentConfig, index: int) -> list[Experiment]:
     if not entry.name:
         raise InputError(f"{field}.name': a grid needs a name (its points are <name>_1, <name>_2, ...)")
     if entry.option != GRID_OPTION:
-        raise InputError(f"{field}.option': a grid sweeps server parameters and applies no option;"
-                         " leave option out (or list the option as its own [[experiments]] table)")
+        raise InputError(
+            f"{field}.option': a grid sweeps server parameters and applies no option;"
+            " leave option out (or list the option as its own [[experiments]] table)"
+        )
     for key, values in grid.items():
         if not values:
             raise InputError(f"{field}.grid.{key}': give at least one value")
         if key in ("tensor_parallel", "num_speculative_tokens") and not all(
-                isinstance(v, int) and v >= (1 if key == "tensor_parallel" else 0) for v in values):
+            isinstance(v, int) and v >= (1 if key == "tensor_parallel" else 0) for v in values
+        ):
             raise InputError(f"{field}.grid.{key}': whole numbers ({'>= 1' if key == 'tensor_parallel' else '>= 0'})")
         if not key.replace("_", "").isalnum():
             raise InputError(f"{field}.grid.{key}': a vLLM flag name (letters, digits, _), e.g. max_num_seqs")
     points = [dict(zip(grid, combination, strict=True)) for combination in itertools.product(*grid.values())]
     if not points or len(points) > MAX_POINTS:
         raise InputError(f"{field}.grid': {len(points)} points; give 1 to {MAX_POINTS} (each is a model load)")
-    base = Change(tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model,
-                  entry.tensor_parallel)
+    base = Change(
+        tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model, entry.tensor_parallel
+    )
     capture = entry.capture if "capture" in entry.model_fields_set else False
-    return [Experiment(f"{entry.name}_{n}", GRID_OPTION, point_change(base, point), capture, entry.serving,
-                       grid=entry.name, point=tuple(point.items()))
-            for n, point in enumerate(points, start=1)]
+    return [
+        Experiment(
+            f"{entry.name}_{n}",
+            GRID_OPTION,
+            point_change(base, point),
+            capture,
+            entry.serving,
+            grid=entry.name,
+            point=tuple(point.items()),
+        )
+        for n, point in enumerate(points, start=1)
+    ]

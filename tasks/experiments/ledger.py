@@ -70,8 +70,10 @@ def load_ledger(path: Path) -> Ledger:
         return Ledger.model_validate_json(path.read_bytes())
     except ValidationError as err:
         first = err.errors()[0]
-        raise InputError(f"{path}: field '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}; the ledger"
-                         " is append-only: restore it from a copy or move it away to start a new one") from None
+        raise InputError(
+            f"{path}: field '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}; the ledger"
+            " is append-only: restore it from a copy or move it away to start a new one"
+        ) from None
     except OSError as err:
         raise InputError(f"{path}: cannot be read ({err.strerror})") from None
 
@@ -100,8 +102,11 @@ def median_error(records: list[LedgerRecord], calibrated: bool = False) -> float
 
 def history(records: list[LedgerRecord], option: str) -> str:
     """One option's past: how many verifications, their median predicted / realised."""
-    ratios = [r.predicted_ms / r.realised_ms for r in records
-              if r.option == option and r.predicted_ms is not None and r.realised_ms]
+    ratios = [
+        r.predicted_ms / r.realised_ms
+        for r in records
+        if r.option == option and r.predicted_ms is not None and r.realised_ms
+    ]
     if not ratios:
         return ""
     return f"{len(ratios)} earlier verification(s) in the ledger: median predicted/realised {statistics.median(ratios):.2f}"
@@ -111,19 +116,39 @@ def ledger_table(ledger: Ledger) -> list[list[str]]:
     def ms(value: float | None) -> str:
         return "n/a" if value is None else f"{value:+.3f}"
 
-    return [[r.campaign, r.experiment, r.model, r.hardware, f"c={r.concurrency}", ms(r.predicted_ms),
-             f"{ms(r.realised_ms)} [{ms(r.realised_low_ms)}, {ms(r.realised_high_ms)}]", ms(r.calibrated_ms),
-             "n/a" if r.error is None else f"{r.error * 100:.0f}%",
-             "n/a" if r.calibrated_error is None else f"{r.calibrated_error * 100:.0f}%"] for r in ledger.records]
+    return [
+        [
+            r.campaign,
+            r.experiment,
+            r.model,
+            r.hardware,
+            f"c={r.concurrency}",
+            ms(r.predicted_ms),
+            f"{ms(r.realised_ms)} [{ms(r.realised_low_ms)}, {ms(r.realised_high_ms)}]",
+            ms(r.calibrated_ms),
+            "n/a" if r.error is None else f"{r.error * 100:.0f}%",
+            "n/a" if r.calibrated_error is None else f"{r.calibrated_error * 100:.0f}%",
+        ]
+        for r in ledger.records
+    ]
 
 
-LEDGER_HEADERS = ["campaign", "experiment", "model", "hardware", "level", "predicted ΔTPOT ms",
-                  "realised ΔTPOT ms [interval]", "calibrated ms", "|error|", "|error| calibrated"]
+LEDGER_HEADERS = [
+    "campaign",
+    "experiment",
+    "model",
+    "hardware",
+    "level",
+    "predicted ΔTPOT ms",
+    "realised ΔTPOT ms [interval]",
+    "calibrated ms",
+    "|error|",
+    "|error| calibrated",
+]
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ledger", type=Path, default=None,
-                        help=f"the ledger file (default: <reports>/{LEDGER_NAME})")
+    parser.add_argument("--ledger", type=Path, default=None, help=f"the ledger file (default: <reports>/{LEDGER_NAME})")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -142,5 +167,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-LEDGER = ExtraCommand(help="every verified option (predicted vs realised, across campaigns) and the median error",
-                      arguments=_arguments, run=_run)
+LEDGER = ExtraCommand(
+    help="every verified option (predicted vs realised, across campaigns) and the median error",
+    arguments=_arguments,
+    run=_run,
+)

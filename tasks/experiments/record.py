@@ -26,13 +26,29 @@ def decision_record_action(session: Session, declared: frozenset[str] | None = N
         for option in record:
             ctx.log(f"{option.id}: {option.decision} ({option.reason})")
         return DecisionRecord(
-            tpot_ms=values.get("tpot_ms"), concurrency=figures.capture_concurrency,
-            noise_pct=values.get("tpot_spread_pct"), min_gain_pct=rules.min_gain_pct, rules=str(rules.path),
-            assumptions=rules.assumptions, figures={k: _number(v) for k, v in values.items()},
-            options=[OptionPrediction(id=o.id, title=o.title, decision=o.decision, reason=o.reason, rank=o.rank,
-                                      gain_ms=o.gain_ms, gain_pct=o.gain_pct, formula=o.gain_formula,
-                                      inputs={k: _number(v) for k, v in o.inputs.items()},
-                                      compromises_precision=o.compromises_precision) for o in record])
+            tpot_ms=values.get("tpot_ms"),
+            concurrency=figures.capture_concurrency,
+            noise_pct=values.get("tpot_spread_pct"),
+            min_gain_pct=rules.min_gain_pct,
+            rules=str(rules.path),
+            assumptions=rules.assumptions,
+            figures={k: _number(v) for k, v in values.items()},
+            options=[
+                OptionPrediction(
+                    id=o.id,
+                    title=o.title,
+                    decision=o.decision,
+                    reason=o.reason,
+                    rank=o.rank,
+                    gain_ms=o.gain_ms,
+                    gain_pct=o.gain_pct,
+                    formula=o.gain_formula,
+                    inputs={k: _number(v) for k, v in o.inputs.items()},
+                    compromises_precision=o.compromises_precision,
+                )
+                for o in record
+            ],
+        )
 
     return run
 

@@ -44,77 +44,124 @@ def experiments_section(findings: Findings, rules: object) -> str:
     record, found = verifications(findings, rules)
     explicit, candidates, not_applicable = configured(findings.session)
     if record is None:
-        return ("## Experiments: predicted vs realised\n\nThe decision record has not been written yet:"
-                " `orchestrate resume` goes on.\n") if explicit or candidates else ""
+        return (
+            (
+                "## Experiments: predicted vs realised\n\nThe decision record has not been written yet:"
+                " `orchestrate resume` goes on.\n"
+            )
+            if explicit or candidates
+            else ""
+        )
     if not found and not candidates:
         return sweep_section(findings, rules)
-    text = ("## Experiments: predicted vs realised\n\nEach experiment relaunched the server with one option applied"
-            " and served it as the campaign did (same levels, repeats and prompts). Predicted: the decision record's"
-            f" ΔTPOT, written before any experiment ran, at c={record.concurrency} (the capture's level). Realised:"
-            " the campaign's TPOT there minus the variant's, each the median of its runs' mean TPOT (vLLM's"
-            " definition: (E2E − TTFT)/(output tokens − 1)), the interval from the runs' min-max on both sides."
-            " Calibrated: the same formula with the inputs the experiment measured in place of the"
-            " assumptions. Positive is faster.\n\n")
+    text = (
+        "## Experiments: predicted vs realised\n\nEach experiment relaunched the server with one option applied"
+        " and served it as the campaign did (same levels, repeats and prompts). Predicted: the decision record's"
+        f" ΔTPOT, written before any experiment ran, at c={record.concurrency} (the capture's level). Realised:"
+        " the campaign's TPOT there minus the variant's, each the median of its runs' mean TPOT (vLLM's"
+        " definition: (E2E − TTFT)/(output tokens − 1)), the interval from the runs' min-max on both sides."
+        " Calibrated: the same formula with the inputs the experiment measured in place of the"
+        " assumptions. Positive is faster.\n\n"
+    )
     rows = []
     for v in found:
         r = v.realised
-        rows.append([v.experiment.name, v.experiment.change.describe(), v.decision,
-                     fmt_ms(v.predicted_ms), f"{fmt(r.base_ms, 3)} → {fmt(r.variant_ms, 3)}",
-                     f"{fmt_ms(r.delta_ms)} [{fmt_ms(r.low_ms)}, {fmt_ms(r.high_ms)}]",
-                     "n/a" if v.ratio is None else f"{v.ratio:.2f}", fmt_ms(v.calibrated_ms),
-                     "n/a" if v.calibrated_ratio is None else f"{v.calibrated_ratio:.2f}",
-                     f"**failed** at {v.failure} (the campaign's own findings stand; `orchestrate resume`"
-                     " retries it)" if v.failure else
-                     v.verdict + ("" if v.complete else " (**experiment not finished**)")])
+        rows.append(
+            [
+                v.experiment.name,
+                v.experiment.change.describe(),
+                v.decision,
+                fmt_ms(v.predicted_ms),
+                f"{fmt(r.base_ms, 3)} → {fmt(r.variant_ms, 3)}",
+                f"{fmt_ms(r.delta_ms)} [{fmt_ms(r.low_ms)}, {fmt_ms(r.high_ms)}]",
+                "n/a" if v.ratio is None else f"{v.ratio:.2f}",
+                fmt_ms(v.calibrated_ms),
+                "n/a" if v.calibrated_ratio is None else f"{v.calibrated_ratio:.2f}",
+                f"**failed** at {v.failure} (the campaign's own findings stand; `orchestrate resume` retries it)"
+                if v.failure
+                else v.verdict + ("" if v.complete else " (**experiment not finished**)"),
+            ]
+        )
     if rows:
-        text += md_table(["experiment", "change", "decision", "predicted ms", "TPOT ms base → variant",
-                          "realised ms [interval]", "predicted / realised", "calibrated ms",
-                          "calibrated / realised", "verdict"], rows)
+        text += md_table(
+            [
+                "experiment",
+                "change",
+                "decision",
+                "predicted ms",
+                "TPOT ms base → variant",
+                "realised ms [interval]",
+                "predicted / realised",
+                "calibrated ms",
+                "calibrated / realised",
+                "verdict",
+            ],
+            rows,
+        )
     text += "\nCalibration, per formula:\n\n"
     for v in found:
-        measured = ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items()
-                             if value is not None) or "nothing"
+        measured = (
+            ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items() if value is not None)
+            or "nothing"
+        )
         assumed = (", ".join(f"{k} (assumed)" for k in v.still_assumed)) or "no assumption left"
-        line = (f"- **{v.experiment.name}** `{v.formula}`: measured {measured}; {assumed}; prediction"
-                f" {fmt_ms(v.predicted_ms)} ms → calibrated {fmt_ms(v.calibrated_ms)} ms against realised"
-                f" {fmt_ms(v.realised.delta_ms)} ms")
+        line = (
+            f"- **{v.experiment.name}** `{v.formula}`: measured {measured}; {assumed}; prediction"
+            f" {fmt_ms(v.predicted_ms)} ms → calibrated {fmt_ms(v.calibrated_ms)} ms against realised"
+            f" {fmt_ms(v.realised.delta_ms)} ms"
+        )
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
         if v.experiment.option == "speculative_decoding" and spec is not None:
             drafts = v.variant_figures.get("x_spec_drafts")
-            line += (f". vLLM's counters: mean acceptance length {spec:.2f} over {fmt_figure(drafts)} drafts"
-                     + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
-                     + f", against the assumed {fmt_figure(record.figures.get('spec_expected_tokens'))}")
+            line += (
+                f". vLLM's counters: mean acceptance length {spec:.2f} over {fmt_figure(drafts)} drafts"
+                + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
+                + f", against the assumed {fmt_figure(record.figures.get('spec_expected_tokens'))}"
+            )
         text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v)]) + ".\n"
     if candidates or not_applicable:
-        text += (f"\n`experiments = \"auto\"` ran {ELIGIBLE}. Options it cannot apply by configuration: "
-                 + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none") + ".\n")
+        text += (
+            f'\n`experiments = "auto"` ran {ELIGIBLE}. Options it cannot apply by configuration: '
+            + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none")
+            + ".\n"
+        )
     added = _ledger(findings, record, [v for v in found if v.complete])
-    text += (f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
-             " `orchestrate ledger` prints every verified option with the median error).\n")
+    text += (
+        f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
+        " `orchestrate ledger` prints every verified option with the median error).\n"
+    )
     return text + ("\n" + sweep if (sweep := sweep_section(findings, rules)) else "")
 
 
 def _trace_change(v: Verification) -> list[str]:
     """Where the realised change sits: on the device or on the host (between kernels), from the
     two traces; a formula of device figures cannot see the second."""
-    pairs = [(what, v.base_figures.get(name), v.variant_figures.get(f"x_{name}"))
-             for what, name in (("device work", "device_ms"), ("wall", "step_wall_ms"))]
+    pairs = [
+        (what, v.base_figures.get(name), v.variant_figures.get(f"x_{name}"))
+        for what, name in (("device work", "device_ms"), ("wall", "step_wall_ms"))
+    ]
     if any(base is None or variant is None for _, base, variant in pairs):
         return []
-    notes = ["the traces, a step: " + ", ".join(f"{what} {base:.3f} → {variant:.3f} ms ({variant - base:+.3f})"
-                                               for what, base, variant in pairs)]
+    notes = [
+        "the traces, a step: "
+        + ", ".join(f"{what} {base:.3f} → {variant:.3f} ms ({variant - base:+.3f})" for what, base, variant in pairs)
+    ]
     (_, device, x_device), (_, wall, x_wall) = pairs
     waits, x_waits = wall - device, x_wall - x_device  # type: ignore[operator]
     reads_wall = any("step_wall_ms" in expression for expression in v.measured_expressions.values())
     if not reads_wall and abs(x_waits - waits) > max(0.05, 0.1 * abs(v.realised.delta_ms or 0)):
-        notes.append(f"**the step's wall beyond its device work went {waits:.3f} → {x_waits:.3f} ms"
-                     f" ({x_waits - waits:+.3f})**: time the GPU waits on the host, which no device-time input"
-                     " of this formula holds; the gap between calibrated and realised is there, not in an assumption")
+        notes.append(
+            f"**the step's wall beyond its device work went {waits:.3f} → {x_waits:.3f} ms"
+            f" ({x_waits - waits:+.3f})**: time the GPU waits on the host, which no device-time input"
+            " of this formula holds; the gap between calibrated and realised is there, not in an assumption"
+        )
     return notes
 
 
-ELIGIBLE = ("the prioritised options, those not pursued only for noise and precision trades whose predicted"
-            " change clears the bar, by predicted gain")
+ELIGIBLE = (
+    "the prioritised options, those not pursued only for noise and precision trades whose predicted"
+    " change clears the bar, by predicted gain"
+)
 
 
 def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> int:
@@ -122,23 +169,41 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
     host = findings.result(HOST_FACTS)
     model = findings.result(MODEL_FACTS)
     shapes = model.shapes if model else None
-    shape = (f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
-             if model and shapes else (model.model_type if model else "unknown"))
+    shape = (
+        f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
+        if model and shapes
+        else (model.model_type if model else "unknown")
+    )
     hardware = host.hardware if host else "unknown"
     todos = findings.state.by_id()
     records = []
     for v in found:
-        last = max((todos[i].finished_at for i in chain_ids(v.experiment).values() if i in todos and todos[i].finished_at),
-                   default=None)
+        last = max(
+            (todos[i].finished_at for i in chain_ids(v.experiment).values() if i in todos and todos[i].finished_at),
+            default=None,
+        )
         if last is None or v.realised.delta_ms is None:
             continue
-        records.append(LedgerRecord(
-            id=f"{findings.state.campaign}/{v.experiment.name}/{last.isoformat()}", campaign=findings.state.campaign,
-            experiment=v.experiment.name, option=v.experiment.option, change=v.experiment.change.describe(),
-            model=shape, hardware=hardware.strip()[:80], vllm=host.vllm if host else None,
-            concurrency=record.concurrency, predicted_ms=v.predicted_ms, realised_ms=v.realised.delta_ms,
-            realised_low_ms=v.realised.low_ms, realised_high_ms=v.realised.high_ms, calibrated_ms=v.calibrated_ms,
-            still_assumed=v.still_assumed, recorded_at=datetime.now(UTC).isoformat()))
+        records.append(
+            LedgerRecord(
+                id=f"{findings.state.campaign}/{v.experiment.name}/{last.isoformat()}",
+                campaign=findings.state.campaign,
+                experiment=v.experiment.name,
+                option=v.experiment.option,
+                change=v.experiment.change.describe(),
+                model=shape,
+                hardware=hardware.strip()[:80],
+                vllm=host.vllm if host else None,
+                concurrency=record.concurrency,
+                predicted_ms=v.predicted_ms,
+                realised_ms=v.realised.delta_ms,
+                realised_low_ms=v.realised.low_ms,
+                realised_high_ms=v.realised.high_ms,
+                calibrated_ms=v.calibrated_ms,
+                still_assumed=v.still_assumed,
+                recorded_at=datetime.now(UTC).isoformat(),
+            )
+        )
     new = new_records(findings.session.reports_dir / LEDGER_NAME, records) if records else []
     findings.outputs.ledger.extend(new)  # appended by the document's writer (tasks/findings.py)
     return len(new)

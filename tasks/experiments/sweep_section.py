@@ -65,8 +65,11 @@ def points_of(findings: Findings, figures: KeyFigures, label: str, params: str, 
     for level in _levels(figures):
         noise = level.noise
         tpot = noise.tpot_ms_mean.median if noise and noise.tpot_ms_mean.median is not None else level.tpot_ms.mean
-        rate = (noise.output_throughput_tok_per_s.median if noise and noise.output_throughput_tok_per_s.median
-                is not None else level.output_throughput_tok_per_s)
+        rate = (
+            noise.output_throughput_tok_per_s.median
+            if noise and noise.output_throughput_tok_per_s.median is not None
+            else level.output_throughput_tok_per_s
+        )
         met = None
         if any(slos) and level.latencies:
             met = goodput(level.latencies, level.duration_s, *slos)[0] / len(level.latencies) * 100
@@ -77,13 +80,24 @@ def points_of(findings: Findings, figures: KeyFigures, label: str, params: str, 
 def pareto(points: list[Point]) -> list[Point]:
     """The points no other point beats on both tokens/s a user and tokens/s a GPU."""
     known = [p for p in points if p.per_user is not None and p.per_gpu is not None]
-    return sorted((p for p in known if not any(
-        q.per_user >= p.per_user and q.per_gpu >= p.per_gpu and (q.per_user, q.per_gpu) != (p.per_user, p.per_gpu)
-        for q in known)), key=lambda p: p.per_user or 0)
+    return sorted(
+        (
+            p
+            for p in known
+            if not any(
+                q.per_user >= p.per_user
+                and q.per_gpu >= p.per_gpu
+                and (q.per_user, q.per_gpu) != (p.per_user, p.per_gpu)
+                for q in known
+            )
+        ),
+        key=lambda p: p.per_user or 0,
+    )
 
 
-def predicted_point(findings: Findings, base: KeyFigures, experiment: Experiment, rules: object,
-                    tp: int) -> tuple[float, float] | None:
+def predicted_point(
+    findings: Findings, base: KeyFigures, experiment: Experiment, rules: object, tp: int
+) -> tuple[float, float] | None:
     """(tokens/s a user, tokens/s a GPU) at c=1 where a decision rule predicts the point: n-gram
     speculative decoding with k draft tokens, or half the TP; None for any other parameter."""
     from tasks.synthesis.decisions import evaluate
@@ -115,46 +129,93 @@ def sweep_section(findings: Findings, rules: object) -> str:
     tp = findings.session.config.service.tensor_parallel
     base = key_figures(findings)
     macro = findings.session.config.macro
-    slo_text = ", ".join(f"{name} ≤ {value:g} ms" for name, value in (
-        ("TTFT", macro.slo_ttft_ms), ("TPOT", macro.slo_tpot_ms), ("E2E", macro.slo_e2e_ms)) if value)
-    text = ("## Server-parameter sweep\n\nEach grid point is a variant server (one model load) served as the"
-            " campaign is. Tokens/s a user: 1000 / TPOT (the median of the runs' mean TPOT); tokens/s a GPU:"
-            " output throughput / the point's TP (a rank on a CPU host)."
-            + (f" SLOs: {slo_text}, met when {macro.slo_met_pct:g}% of a level's requests meet them." if slo_text
-               else " No SLO is set ([macro] slo_ttft_ms / slo_tpot_ms / slo_e2e_ms): the best point is by"
-               " throughput alone.") + "\n")
+    slo_text = ", ".join(
+        f"{name} ≤ {value:g} ms"
+        for name, value in (("TTFT", macro.slo_ttft_ms), ("TPOT", macro.slo_tpot_ms), ("E2E", macro.slo_e2e_ms))
+        if value
+    )
+    text = (
+        "## Server-parameter sweep\n\nEach grid point is a variant server (one model load) served as the"
+        " campaign is. Tokens/s a user: 1000 / TPOT (the median of the runs' mean TPOT); tokens/s a GPU:"
+        " output throughput / the point's TP (a rank on a CPU host)."
+        + (
+            f" SLOs: {slo_text}, met when {macro.slo_met_pct:g}% of a level's requests meet them."
+            if slo_text
+            else " No SLO is set ([macro] slo_ttft_ms / slo_tpot_ms / slo_e2e_ms): the best point is by"
+            " throughput alone."
+        )
+        + "\n"
+    )
     for name, experiments in found.items():
         points = points_of(findings, base, "campaign", "as configured", tp)
         predicted: list[tuple[str, tuple[float, float]]] = []
         for experiment in experiments:
             params = ", ".join(f"{k} = {v}" for k, v in experiment.point)
             gpus = experiment.change.tensor_parallel or tp
-            points += points_of(findings, key_figures(variant_findings(findings, experiment)), experiment.name,
-                                params, gpus)
+            points += points_of(
+                findings, key_figures(variant_findings(findings, experiment)), experiment.name, params, gpus
+            )
             guess = predicted_point(findings, base, experiment, rules, tp)
             if guess:
                 predicted.append((experiment.name, guess))
         front = pareto(points)
-        rows = [[p.label, p.params, str(p.gpus), str(p.concurrency), fmt(p.tpot_ms, 3), fmt(p.ttft_p99_ms, 1),
-                 fmt(p.out_tok_s, 1), fmt(p.per_user, 1), fmt(p.per_gpu, 1),
-                 "n/a" if p.slo_met_pct is None else f"{p.slo_met_pct:.0f}%", "yes" if p in front else ""]
-                for p in points]
+        rows = [
+            [
+                p.label,
+                p.params,
+                str(p.gpus),
+                str(p.concurrency),
+                fmt(p.tpot_ms, 3),
+                fmt(p.ttft_p99_ms, 1),
+                fmt(p.out_tok_s, 1),
+                fmt(p.per_user, 1),
+                fmt(p.per_gpu, 1),
+                "n/a" if p.slo_met_pct is None else f"{p.slo_met_pct:.0f}%",
+                "yes" if p in front else "",
+            ]
+            for p in points
+        ]
         text += f"\n### Grid `{name}`\n\n" + md_table(
-            ["point", "parameters", "GPUs", "c", "TPOT ms", "TTFT p99 ms", "out tok/s", "tok/s a user",
-             "tok/s a GPU", "requests meeting the SLOs", "Pareto"], rows)
+            [
+                "point",
+                "parameters",
+                "GPUs",
+                "c",
+                "TPOT ms",
+                "TTFT p99 ms",
+                "out tok/s",
+                "tok/s a user",
+                "tok/s a GPU",
+                "requests meeting the SLOs",
+                "Pareto",
+            ],
+            rows,
+        )
         text += _best(points, macro.slo_met_pct if slo_text else None)
         measured_c1 = {p.label: p for p in points if p.concurrency == 1}
         if predicted:
-            text += "\nPredicted by the decision rules at c=1 (the record's figures, the point's parameter in place" \
-                    " of the assumption), beside the measured:\n\n" + md_table(
-                        ["point", "predicted tok/s a user", "measured tok/s a user", "predicted / measured"],
-                        [[label, fmt(guess[0], 1), fmt(getattr(measured_c1.get(label), "per_user", None), 1),
-                          _ratio(guess[0], getattr(measured_c1.get(label), "per_user", None))]
-                         for label, guess in predicted])
+            text += (
+                "\nPredicted by the decision rules at c=1 (the record's figures, the point's parameter in place"
+                " of the assumption), beside the measured:\n\n"
+                + md_table(
+                    ["point", "predicted tok/s a user", "measured tok/s a user", "predicted / measured"],
+                    [
+                        [
+                            label,
+                            fmt(guess[0], 1),
+                            fmt(getattr(measured_c1.get(label), "per_user", None), 1),
+                            _ratio(guess[0], getattr(measured_c1.get(label), "per_user", None)),
+                        ]
+                        for label, guess in predicted
+                    ],
+                )
+            )
         others = [e.name for e in experiments if e.name not in {label for label, _ in predicted}]
         if others:
-            text += (f"\nNo decision rule predicts {', '.join(others)} (only n-gram draft tokens alone and half"
-                     " the TP alone have a formula): measured only.\n")
+            text += (
+                f"\nNo decision rule predicts {', '.join(others)} (only n-gram draft tokens alone and half"
+                " the TP alone have a formula): measured only.\n"
+            )
         plot = _plot(findings, name, points, front, predicted)
         if plot:
             text += f"\n![Pareto: grid {name}]({plot}.png)\n"
@@ -171,12 +232,19 @@ def _best(points: list[Point], met_pct: float | None) -> str:
         return "\nNo level of any point meets the SLOs.\n"
     best = max(eligible, key=lambda p: p.per_gpu or 0)
     where = "meeting the SLOs" if met_pct is not None else "of all (no SLO set)"
-    return (f"\nBest point {where}: **{best.label}** ({best.params}) at c={best.concurrency}:"
-            f" {fmt(best.per_gpu, 1)} tokens/s a GPU, {fmt(best.per_user, 1)} tokens/s a user.\n")
+    return (
+        f"\nBest point {where}: **{best.label}** ({best.params}) at c={best.concurrency}:"
+        f" {fmt(best.per_gpu, 1)} tokens/s a GPU, {fmt(best.per_user, 1)} tokens/s a user.\n"
+    )
 
 
-def _plot(findings: Findings, name: str, points: list[Point], front: list[Point],
-          predicted: list[tuple[str, tuple[float, float]]]) -> str | None:
+def _plot(
+    findings: Findings,
+    name: str,
+    points: list[Point],
+    front: list[Point],
+    predicted: list[tuple[str, tuple[float, float]]],
+) -> str | None:
     known = [p for p in points if p.per_user is not None and p.per_gpu is not None]
     if not known:
         return None

@@ -68,16 +68,18 @@ def variant_findings(findings: Findings, experiment: Experiment) -> Findings:
     where it did not run one), the campaign's for the rest (model facts where the model is
     the same, the micros)."""
     ids = chain_ids(experiment)
-    overrides: dict[str, str | None] = {ref.id: ids.get(ref.id) for ref in SHADOWED
-                                        if ref.id in ids or ref != MODEL_FACTS}
+    overrides: dict[str, str | None] = {
+        ref.id: ids.get(ref.id) for ref in SHADOWED if ref.id in ids or ref != MODEL_FACTS
+    }
     return findings.seen_through(overrides)
 
 
 def level_at(figures: KeyFigures, concurrency: int) -> LevelSummary | None:
     if concurrency == 1 and figures.single:
         return figures.single.single_stream
-    return next((level for level in (figures.sweep.levels if figures.sweep else []) if level.concurrency == concurrency),
-                None)
+    return next(
+        (level for level in (figures.sweep.levels if figures.sweep else []) if level.concurrency == concurrency), None
+    )
 
 
 def realised(base: LevelSummary | None, variant: LevelSummary | None) -> Realised:
@@ -93,8 +95,10 @@ def realised(base: LevelSummary | None, variant: LevelSummary | None) -> Realise
     v, v_low, v_high = middle(variant)
     if b is None or v is None:
         return Realised(b, v, None, None, None, "not measured at this level")
-    runs = (f"{base.noise.tpot_ms_mean.runs if base and base.noise else 1} runs each side, median of the runs'"
-            " mean TPOT; interval: the runs' min-max on both sides")
+    runs = (
+        f"{base.noise.tpot_ms_mean.runs if base and base.noise else 1} runs each side, median of the runs'"
+        " mean TPOT; interval: the runs' min-max on both sides"
+    )
     return Realised(b, v, b - v, b_low - v_high, b_high - v_low, runs)
 
 
@@ -124,7 +128,9 @@ def variant_rule_figures(findings: Findings, experiment: Experiment, rules: obje
     figures = key_figures(view)
     values = rule_figures(figures, rules.assumptions)  # type: ignore[attr-defined]
     out = {f"x_{k}": v for k, v in values.items()}
-    levels = ([figures.single.single_stream] if figures.single else []) + (figures.sweep.levels if figures.sweep else [])
+    levels = ([figures.single.single_stream] if figures.single else []) + (
+        figures.sweep.levels if figures.sweep else []
+    )
     spec = next((level.spec_decode for level in levels if level.spec_decode), None)
     out["x_spec_mean_acceptance_length"] = spec.mean_acceptance_length if spec else (1.0 if levels else None)
     out["x_spec_drafts"] = float(spec.drafts) if spec else (0.0 if levels else None)
@@ -141,9 +147,16 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     real = realised(level_at(base_figures, record.concurrency), level_at(variant, record.concurrency))
     predicted = option.gain_ms if option else None
     text, ratio = verdict(predicted, real)
-    result = Verification(experiment, predicted, option.gain_pct if option else None,
-                          option.decision if option else "not in the record", option.formula if option else "",
-                          real, text, ratio)
+    result = Verification(
+        experiment,
+        predicted,
+        option.gain_pct if option else None,
+        option.decision if option else "not in the record",
+        option.formula if option else "",
+        real,
+        text,
+        ratio,
+    )
     spec = rules.specs.get(experiment.option)  # type: ignore[attr-defined]
     if spec is None or option is None:
         return result
@@ -166,13 +179,23 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
     except (KeyError, ValueError, SyntaxError):
         result.calibrated_ms = None
     figures = record.figures | measured
-    result.still_assumed = sorted(name for name in option.inputs if name not in measured
-                                  and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS)
-                                  and matters(option.formula, figures, name))
-    missing = [name for name, value in result.measured_inputs.items()
-               if value is None and matters(option.formula, figures, name)]
+    result.still_assumed = sorted(
+        name
+        for name in option.inputs
+        if name not in measured
+        and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS)
+        and matters(option.formula, figures, name)
+    )
+    missing = [
+        name
+        for name, value in result.measured_inputs.items()
+        if value is None and matters(option.formula, figures, name)
+    ]
     if missing:
-        result.notes.append("not measured by this experiment: " + ", ".join(missing)
-                            + ("" if experiment.capture else " (capture = false: no trace of the variant)")
-                            + "; the calibrated prediction keeps the base campaign's value")
+        result.notes.append(
+            "not measured by this experiment: "
+            + ", ".join(missing)
+            + ("" if experiment.capture else " (capture = false: no trace of the variant)")
+            + "; the calibrated prediction keeps the base campaign's value"
+        )
     return result

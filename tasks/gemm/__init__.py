@@ -16,8 +16,7 @@ from tasks.unit import PhaseUnit, Section
 
 
 class GemmSection(Section):
-    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [1, 8, 32],
-                                                                       min_length=1)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [1, 8, 32], min_length=1)
     repeats: int = Field(20, ge=3, le=10000)
     int4_group_size: Literal[32, 64, 128, 256] = 128
     compare_w4a16: bool = Field(True, description="also time W4A16 for bf16 layers: what quantizing would buy")
@@ -28,10 +27,18 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     # After the server ran (when it is part of the campaign): its log names the kernels to time.
     server = (SERVICE_READY,) if "service" in enabled else ()
-    return [TaskSpec(GEMM_BENCH, "Microbenchmark the decode GEMMs at the model's per-rank shapes",
-                     "gemm", gemm_action(session), depends_on=(HOST_FACTS, MODEL_FACTS, *server),
-                     optional=(SERVICE_READY,), needs=("accelerators_free",),
-                     inputs={"gemm": session.config.gemm.model_dump()})]
+    return [
+        TaskSpec(
+            GEMM_BENCH,
+            "Microbenchmark the decode GEMMs at the model's per-rank shapes",
+            "gemm",
+            gemm_action(session),
+            depends_on=(HOST_FACTS, MODEL_FACTS, *server),
+            optional=(SERVICE_READY,),
+            needs=("accelerators_free",),
+            inputs={"gemm": session.config.gemm.model_dump()},
+        )
+    ]
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
@@ -40,5 +47,6 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return gemm_section(findings)
 
 
-UNIT = PhaseUnit(name="gemm", specs=_specs, results=(GEMM_BENCH,), config=GemmSection, requires=("host", "model"),
-                 section=_section)
+UNIT = PhaseUnit(
+    name="gemm", specs=_specs, results=(GEMM_BENCH,), config=GemmSection, requires=("host", "model"), section=_section
+)

@@ -43,28 +43,49 @@ def gemm_action(session: Session):
         cfg = session.config.gemm
         shapes = shapes_model.gemm_rows(cfg.batch_sizes)
         if cfg.compare_w4a16:
-            shapes += [{**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
-                       for row in shapes if row["dtype"] == "bf16"]
+            shapes += [
+                {**row, "dtype": "w4a16", "name": row["name"] + " (as W4A16)"}
+                for row in shapes
+                if row["dtype"] == "bf16"
+            ]
         local = ctx.artifacts_dir / "shapes.json"
         write_atomic(local, json.dumps(shapes).encode())
         remote = f"{session.workdir}/gemm/shapes.json"
         session.host().put(local, remote)
-        extra = (["--threads", str(threads_per_rank(host, session.config.service.tensor_parallel))]
-                 if accelerator == "cpu" else ["--w4a16-kernel", server_w4a16_kernel(ctx)])
+        extra = (
+            ["--threads", str(threads_per_rank(host, session.config.service.tensor_parallel))]
+            if accelerator == "cpu"
+            else ["--w4a16-kernel", server_w4a16_kernel(ctx)]
+        )
         fp8 = shapes_model.weight_dtype == "fp8"
         int4_group = None if fp8 else shapes_model.group_size
         fp8_block = (shapes_model.group_size or 0) if fp8 else 128
-        measured = run_json_script(session, GEMM_SCRIPT,
-                                   [remote, "--repeats", str(cfg.repeats),
-                                    "--group-size", str(int4_group or cfg.int4_group_size),
-                                    "--fp8-block", str(fp8_block), "--device", accelerator, *extra],
-                                   timeout_s=3600, progress=ctx.progress)
+        measured = run_json_script(
+            session,
+            GEMM_SCRIPT,
+            [
+                remote,
+                "--repeats",
+                str(cfg.repeats),
+                "--group-size",
+                str(int4_group or cfg.int4_group_size),
+                "--fp8-block",
+                str(fp8_block),
+                "--device",
+                accelerator,
+                *extra,
+            ],
+            timeout_s=3600,
+            progress=ctx.progress,
+        )
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())
         result = GemmResult.model_validate({**measured, "artifact": str(artifact)})
         timed = [row for row in result.rows if row.us is not None]
-        ctx.log(f"{len(timed)} of {len(result.rows)} shapes timed on {result.info.device};"
-                f" copy ceiling {result.copy_ceiling_gbps:.1f} GB/s")
+        ctx.log(
+            f"{len(timed)} of {len(result.rows)} shapes timed on {result.info.device};"
+            f" copy ceiling {result.copy_ceiling_gbps:.1f} GB/s"
+        )
         return result
 
     return run

@@ -41,8 +41,10 @@ class GemmRow(Result):
     us: float | None = None
     samples: int | None = Field(None, description="timings the median `us` is taken over")
     spread_pct: float | None = Field(None, description="(max - min) / median of those timings, %")
-    remeasured_from_us: float | None = Field(None, description="set: the first timing was out of line"
-                                             " with the neighbouring batch sizes and was measured again")
+    remeasured_from_us: float | None = Field(
+        None,
+        description="set: the first timing was out of line with the neighbouring batch sizes and was measured again",
+    )
     flag: str | None = Field(None, description="still out of line after the second measurement")
     op: str | None = Field(None, description="CPU: the op a profiler trace records for this GEMM")
     op_us: float | None = Field(None, description="CPU: the op's own duration as a profiler trace records it (p50)")

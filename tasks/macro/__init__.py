@@ -22,13 +22,23 @@ class MacroSection(Section):
     warmup_requests: int = Field(2, ge=0, le=10000)
     single_stream_requests: int = Field(8, ge=1, le=100000)
     concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
-    requests_per_level: int = Field(16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)")
+    requests_per_level: int = Field(
+        16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)"
+    )
     max_failed_pct: float = Field(1.0, ge=0, le=100, description="more failed requests than this fails the level")
-    repeats: int = Field(3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise")
-    outlier_pct: float = Field(25.0, gt=0, le=1000, description="a run whose mean TPOT is further than this from"
-                               " the median of the runs is measured again, and flagged if it persists")
+    repeats: int = Field(
+        3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise"
+    )
+    outlier_pct: float = Field(
+        25.0,
+        gt=0,
+        le=1000,
+        description="a run whose mean TPOT is further than this from"
+        " the median of the runs is measured again, and flagged if it persists",
+    )
     request_rates: list[Annotated[float, Field(gt=0, le=1e6)]] = Field(
-        default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep")
+        default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep"
+    )
     burstiness: float = Field(1.0, gt=0, le=1e6, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
     rate_max_concurrency: int = Field(256, ge=1, le=4096, description="requests in flight at most in a rate level")
     slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: requests whose TTFT is at most this...")
@@ -38,17 +48,25 @@ class MacroSection(Section):
     slo_met_pct: float = Field(99.0, gt=0, le=100, description="a rate meets the SLOs when this share of requests does")
     slo_search_runs: int = Field(8, ge=2, le=50, description="points the search may run (one run each)")
     slo_search_start_rate: float = Field(1.0, gt=0, le=1e6, description="requests a second the search starts at")
-    endpoint: Literal["completions", "chat"] = Field("completions", description=(
-        "/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"))
-    dataset: Literal["random", "synthetic", "sharegpt"] = Field("random", description=(
-        "random token ids (random words with endpoint = 'chat'); synthetic: text cut to input_tokens with the"
-        " model's tokenizer; sharegpt: the first turns of dataset_path's conversations (at most input_tokens),"
-        " each asking for its reply's length in output tokens (at most output_tokens)"))
+    endpoint: Literal["completions", "chat"] = Field(
+        "completions",
+        description=("/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"),
+    )
+    dataset: Literal["random", "synthetic", "sharegpt"] = Field(
+        "random",
+        description=(
+            "random token ids (random words with endpoint = 'chat'); synthetic: text cut to input_tokens with the"
+            " model's tokenizer; sharegpt: the first turns of dataset_path's conversations (at most input_tokens),"
+            " each asking for its reply's length in output tokens (at most output_tokens)"
+        ),
+    )
     dataset_path: str | None = Field(None, description="sharegpt: the JSON file, on the host")
     percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
-        default_factory=lambda: [50.0, 90.0, 99.0], min_length=1,
+        default_factory=lambda: [50.0, 90.0, 99.0],
+        min_length=1,
         description="percentiles of TTFT, TPOT and E2E the findings list, from the stored per-request latencies"
-                    " (a change needs no new run)")
+        " (a change needs no new run)",
+    )
 
     @model_validator(mode="after")
     def _dataset_has_its_file(self) -> MacroSection:
@@ -63,32 +81,108 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
     # SLOs judge the stored per-request latencies when the findings are written: not inputs.
-    macro = session.config.macro.model_dump(exclude={"max_failed_pct", "outlier_pct", "slo_ttft_ms",
-                                                     "slo_tpot_ms", "slo_e2e_ms", "request_rates", "burstiness",
-                                                     "rate_max_concurrency", "slo_search", "slo_met_pct",
-                                                     "slo_search_runs", "slo_search_start_rate", "percentiles"})
-    return [
-        TaskSpec(MACRO_SINGLE, "Measure single-stream TPOT (sequential requests after warmup)",
-                 "macro", single_stream(session), depends_on=(SERVICE_READY,), needs=("service",),
-                 optional=(MODEL_FACTS,), priority=Priority.high,
-                 inputs={"macro": {k: v for k, v in macro.items() if k != "concurrency_max"
-                                   and k != "requests_per_level"}}),
-        TaskSpec(MACRO_SWEEP, "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
-                 "macro", sweep(session), depends_on=(MACRO_SINGLE,), needs=("service",),
-                 optional=(MODEL_FACTS,), priority=Priority.high, inputs={"macro": macro}),
-    ] + ([TaskSpec(MACRO_RATES, "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
-                   "macro", rate_sweep(session), depends_on=(MACRO_SWEEP,), needs=("service",),
-                   optional=(MODEL_FACTS,), priority=Priority.high,
-                   inputs={"macro": {**macro, **session.config.macro.model_dump(
-                       include={"request_rates", "burstiness", "rate_max_concurrency"})}})]
-         if session.config.macro.request_rates else []) + (
-        [TaskSpec(MACRO_SLO_SEARCH, "Search the highest request rate that meets the SLOs (goodput)",
-                  "macro", slo_search(session), depends_on=(MACRO_SWEEP,), needs=("service",),
-                  optional=(MODEL_FACTS,), priority=Priority.high,
-                  inputs={"macro": {**macro, **session.config.macro.model_dump(include={
-                      "burstiness", "rate_max_concurrency", "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms",
-                      "slo_met_pct", "slo_search_runs", "slo_search_start_rate"})}})]
-        if session.config.macro.slo_search else [])
+    macro = session.config.macro.model_dump(
+        exclude={
+            "max_failed_pct",
+            "outlier_pct",
+            "slo_ttft_ms",
+            "slo_tpot_ms",
+            "slo_e2e_ms",
+            "request_rates",
+            "burstiness",
+            "rate_max_concurrency",
+            "slo_search",
+            "slo_met_pct",
+            "slo_search_runs",
+            "slo_search_start_rate",
+            "percentiles",
+        }
+    )
+    return (
+        [
+            TaskSpec(
+                MACRO_SINGLE,
+                "Measure single-stream TPOT (sequential requests after warmup)",
+                "macro",
+                single_stream(session),
+                depends_on=(SERVICE_READY,),
+                needs=("service",),
+                optional=(MODEL_FACTS,),
+                priority=Priority.high,
+                inputs={
+                    "macro": {k: v for k, v in macro.items() if k != "concurrency_max" and k != "requests_per_level"}
+                },
+            ),
+            TaskSpec(
+                MACRO_SWEEP,
+                "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
+                "macro",
+                sweep(session),
+                depends_on=(MACRO_SINGLE,),
+                needs=("service",),
+                optional=(MODEL_FACTS,),
+                priority=Priority.high,
+                inputs={"macro": macro},
+            ),
+        ]
+        + (
+            [
+                TaskSpec(
+                    MACRO_RATES,
+                    "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
+                    "macro",
+                    rate_sweep(session),
+                    depends_on=(MACRO_SWEEP,),
+                    needs=("service",),
+                    optional=(MODEL_FACTS,),
+                    priority=Priority.high,
+                    inputs={
+                        "macro": {
+                            **macro,
+                            **session.config.macro.model_dump(
+                                include={"request_rates", "burstiness", "rate_max_concurrency"}
+                            ),
+                        }
+                    },
+                )
+            ]
+            if session.config.macro.request_rates
+            else []
+        )
+        + (
+            [
+                TaskSpec(
+                    MACRO_SLO_SEARCH,
+                    "Search the highest request rate that meets the SLOs (goodput)",
+                    "macro",
+                    slo_search(session),
+                    depends_on=(MACRO_SWEEP,),
+                    needs=("service",),
+                    optional=(MODEL_FACTS,),
+                    priority=Priority.high,
+                    inputs={
+                        "macro": {
+                            **macro,
+                            **session.config.macro.model_dump(
+                                include={
+                                    "burstiness",
+                                    "rate_max_concurrency",
+                                    "slo_ttft_ms",
+                                    "slo_tpot_ms",
+                                    "slo_e2e_ms",
+                                    "slo_met_pct",
+                                    "slo_search_runs",
+                                    "slo_search_start_rate",
+                                }
+                            ),
+                        }
+                    },
+                )
+            ]
+            if session.config.macro.slo_search
+            else []
+        )
+    )
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
@@ -97,5 +191,11 @@ def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
     return macro_section(findings)
 
 
-UNIT = PhaseUnit(name="macro", specs=_specs, results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH), config=MacroSection, requires=("service",),
-                 section=_section)
+UNIT = PhaseUnit(
+    name="macro",
+    specs=_specs,
+    results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH),
+    config=MacroSection,
+    requires=("service",),
+    section=_section,
+)

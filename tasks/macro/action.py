@@ -24,73 +24,145 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
     """The load client's options shared by the benchmarks and the capture."""
     model = ctx.input(MODEL_FACTS)
     cfg = session.config.macro
-    args = ["--port", str(session.config.service.port), "--model", served_name(session),
-            "--input-tokens", str(input_tokens), "--output-tokens", str(output_tokens),
-            "--vocab", str(model.prompt_vocab), "--endpoint", cfg.endpoint, "--dataset", cfg.dataset,
-            "--tokenizer", model.model]
+    args = [
+        "--port",
+        str(session.config.service.port),
+        "--model",
+        served_name(session),
+        "--input-tokens",
+        str(input_tokens),
+        "--output-tokens",
+        str(output_tokens),
+        "--vocab",
+        str(model.prompt_vocab),
+        "--endpoint",
+        cfg.endpoint,
+        "--dataset",
+        cfg.dataset,
+        "--tokenizer",
+        model.model,
+    ]
     return args + (["--dataset-path", cfg.dataset_path] if cfg.dataset_path else [])
 
 
-def run_load(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int,
-             seed: int, rate: float | None = None, repeats: int | None = None) -> LevelSummary:
+def run_load(
+    session: Session,
+    ctx: TaskContext,
+    concurrency: int,
+    requests: int,
+    warmup: int,
+    seed: int,
+    rate: float | None = None,
+    repeats: int | None = None,
+) -> LevelSummary:
     """A level: `macro.repeats` runs (the warmup before the first only, fresh prompts in each),
     an outlier run measured again, the kept runs' requests pooled into the level's figures."""
     cfg = session.config.macro
     raws: list[dict] = []
     runs: list[RepeatRun] = []
     for index in range(repeats or cfg.repeats):
-        raw, run = _one_run(session, ctx, concurrency, requests, warmup if index == 0 else 0,
-                            seed + 1000 * index, f"{_label(concurrency, rate)}_r{index + 1}", rate)
+        raw, run = _one_run(
+            session,
+            ctx,
+            concurrency,
+            requests,
+            warmup if index == 0 else 0,
+            seed + 1000 * index,
+            f"{_label(concurrency, rate)}_r{index + 1}",
+            rate,
+        )
         raws.append(raw)
         runs.append(run)
     discarded: list[RepeatRun] = []
     notes: list[str] = []
     for index in outliers([r.tpot_ms_mean for r in runs], cfg.outlier_pct):  # 3 runs or more
         first = runs[index]
-        raw, again = _one_run(session, ctx, concurrency, requests, 0, seed + 1000 * (cfg.repeats + index),
-                              f"{_label(concurrency, rate)}_r{index + 1}_again", rate)
+        raw, again = _one_run(
+            session,
+            ctx,
+            concurrency,
+            requests,
+            0,
+            seed + 1000 * (cfg.repeats + index),
+            f"{_label(concurrency, rate)}_r{index + 1}_again",
+            rate,
+        )
         others = [r.tpot_ms_mean for i, r in enumerate(runs) if i != index]
         raws[index], runs[index] = raw, again
         if agrees(again.tpot_ms_mean, others, cfg.outlier_pct):
             discarded.append(first)
-            notes.append(f"run {index + 1} (mean TPOT {_ms(first.tpot_ms_mean)} ms) was more than"
-                         f" {cfg.outlier_pct:g}% from the median; measured again: {_ms(again.tpot_ms_mean)} ms,"
-                         " in line with the others, so the first is left out")
+            notes.append(
+                f"run {index + 1} (mean TPOT {_ms(first.tpot_ms_mean)} ms) was more than"
+                f" {cfg.outlier_pct:g}% from the median; measured again: {_ms(again.tpot_ms_mean)} ms,"
+                " in line with the others, so the first is left out"
+            )
         else:
-            notes.append(f"flagged: run {index + 1} stayed more than {cfg.outlier_pct:g}% from the other runs'"
-                         f" median when measured again ({_ms(first.tpot_ms_mean)}, then {_ms(again.tpot_ms_mean)}"
-                         f" ms, against {_ms(statistics.median(v for v in others if v is not None))} ms); kept")
+            notes.append(
+                f"flagged: run {index + 1} stayed more than {cfg.outlier_pct:g}% from the other runs'"
+                f" median when measured again ({_ms(first.tpot_ms_mean)}, then {_ms(again.tpot_ms_mean)}"
+                f" ms, against {_ms(statistics.median(v for v in others if v is not None))} ms); kept"
+            )
         ctx.log(f"{_label(concurrency, rate)}: {notes[-1]}")
     merged = merge_runs(raws)
     artifact = ctx.artifacts_dir / f"requests_{_label(concurrency, rate)}.json"
     write_atomic(artifact, json.dumps(merged).encode())
-    noise = Noise(runs=runs, discarded=discarded, notes=notes,
-                  tpot_ms_mean=spread([r.tpot_ms_mean for r in runs]),
-                  ttft_ms_mean=spread([r.ttft_ms_mean for r in runs]),
-                  output_throughput_tok_per_s=spread([r.output_throughput_tok_per_s for r in runs]))
+    noise = Noise(
+        runs=runs,
+        discarded=discarded,
+        notes=notes,
+        tpot_ms_mean=spread([r.tpot_ms_mean for r in runs]),
+        ttft_ms_mean=spread([r.ttft_ms_mean for r in runs]),
+        output_throughput_tok_per_s=spread([r.output_throughput_tok_per_s for r in runs]),
+    )
     achieved = [r.achieved_request_rate for r in runs if r.achieved_request_rate is not None]
-    return LevelSummary.model_validate({**summarize(merged), "artifact": str(artifact), "noise": noise,
-                                        "achieved_request_rate": statistics.median(achieved) if achieved else None})
+    return LevelSummary.model_validate(
+        {
+            **summarize(merged),
+            "artifact": str(artifact),
+            "noise": noise,
+            "achieved_request_rate": statistics.median(achieved) if achieved else None,
+        }
+    )
 
 
 def _label(concurrency: int, rate: float | None) -> str:
     return f"rate{rate:g}" if rate else f"c{concurrency}"
 
 
-def _one_run(session: Session, ctx: TaskContext, concurrency: int, requests: int, warmup: int, seed: int,
-             name: str, rate: float | None = None) -> tuple[dict, RepeatRun]:
+def _one_run(
+    session: Session,
+    ctx: TaskContext,
+    concurrency: int,
+    requests: int,
+    warmup: int,
+    seed: int,
+    name: str,
+    rate: float | None = None,
+) -> tuple[dict, RepeatRun]:
     cfg = session.config.macro
     args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
-        "--concurrency", str(concurrency), "--requests", str(requests), "--warmup", str(warmup),
-        "--seed", str(seed), "--server-pid-file", service_pid_path(session), "--progress-label", name]
+        "--concurrency",
+        str(concurrency),
+        "--requests",
+        str(requests),
+        "--warmup",
+        str(warmup),
+        "--seed",
+        str(seed),
+        "--server-pid-file",
+        service_pid_path(session),
+        "--progress-label",
+        name,
+    ]
     if rate:
         args += ["--request-rate", repr(rate), "--burstiness", repr(cfg.burstiness)]
     raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600, progress=ctx.progress)
     artifact = ctx.artifacts_dir / f"requests_{name}.json"
     write_atomic(artifact, json.dumps(raw).encode())
     summary = summarize(raw)
-    require_live_server(session, summary["failed"], summary["requests"], summary["failure_examples"],
-                        f"c={concurrency}")
+    require_live_server(
+        session, summary["failed"], summary["requests"], summary["failure_examples"], f"c={concurrency}"
+    )
     return raw, repeat_run(summary, str(artifact), seed)
 
 
@@ -106,19 +178,26 @@ def require_live_server(session: Session, failed: int, requests: int, examples: 
     if status != 200 and session.multi_node:
         from tasks.service.node_deaths import fail_if_node_died
 
-        fail_if_node_died(
-            session, f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
+        fail_if_node_died(session, f"during the {run} run ({failed} of {requests} requests failed; first: {first})")
     if status != 200:
         log = service_log_path(session)
-        tail = tail_lines(host.read_text(log, 200_000), 30) if host.run(
-            ["test", "-f", log], check=False, timeout_s=30).exit_code == 0 else ""
-        raise TaskFailed(f"the vLLM server stopped answering during the {run} run ({failed} of {requests}"
-                         f" requests failed; first: {first}); `orchestrate resume` relaunches it and runs"
-                         " this again", output_tail=tail)
+        tail = (
+            tail_lines(host.read_text(log, 200_000), 30)
+            if host.run(["test", "-f", log], check=False, timeout_s=30).exit_code == 0
+            else ""
+        )
+        raise TaskFailed(
+            f"the vLLM server stopped answering during the {run} run ({failed} of {requests}"
+            f" requests failed; first: {first}); `orchestrate resume` relaunches it and runs"
+            " this again",
+            output_tail=tail,
+        )
     limit = session.config.macro.max_failed_pct
     if failed / requests * 100 > limit:
-        raise TaskFailed(f"{failed} of {requests} requests failed in the {run} run (over macro.max_failed_pct"
-                         f" = {limit}%) while the server answered; first: {first}")
+        raise TaskFailed(
+            f"{failed} of {requests} requests failed in the {run} run (over macro.max_failed_pct"
+            f" = {limit}%) while the server answered; first: {first}"
+        )
 
 
 def single_stream(session: Session):
@@ -145,10 +224,13 @@ def sweep(session: Session):
         levels: list[LevelSummary] = []
         for concurrency in concurrency_levels(cfg.concurrency_max):
             requests = max(cfg.requests_per_level, 2 * concurrency)
-            summary = run_load(session, ctx, concurrency, requests, warmup=1 if not levels else 0,
-                               seed=100 + concurrency)
-            ctx.log(f"c={concurrency}: {_ms(summary.output_throughput_tok_per_s)} tok/s,"
-                    f" TPOT p50 {_ms(summary.tpot_ms.p50)} ms, failed {summary.failed}")
+            summary = run_load(
+                session, ctx, concurrency, requests, warmup=1 if not levels else 0, seed=100 + concurrency
+            )
+            ctx.log(
+                f"c={concurrency}: {_ms(summary.output_throughput_tok_per_s)} tok/s,"
+                f" TPOT p50 {_ms(summary.tpot_ms.p50)} ms, failed {summary.failed}"
+            )
             levels.append(summary)
         return MacroSweep(levels=levels, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
 
@@ -162,15 +244,25 @@ def _ms(value: float | None) -> str:
 def rate_sweep(session: Session):
     """Open-loop levels: each of `macro.request_rates`, arrivals with `macro.burstiness`, at most
     `macro.rate_max_concurrency` in flight."""
+
     def run(ctx: TaskContext) -> MacroRates:
         cfg = session.config.macro
         levels = []
         for rate in cfg.request_rates:
             requests = max(cfg.requests_per_level, 2)
-            level = run_load(session, ctx, cfg.rate_max_concurrency, requests, warmup=1 if not levels else 0,
-                             seed=500 + len(levels), rate=rate)
-            ctx.log(f"{rate:g} requests/s asked, {_ms(level.achieved_request_rate)} sent: TTFT p50"
-                    f" {_ms(level.ttft_ms.p50)} ms, TPOT mean {_ms(level.tpot_ms.mean)} ms")
+            level = run_load(
+                session,
+                ctx,
+                cfg.rate_max_concurrency,
+                requests,
+                warmup=1 if not levels else 0,
+                seed=500 + len(levels),
+                rate=rate,
+            )
+            ctx.log(
+                f"{rate:g} requests/s asked, {_ms(level.achieved_request_rate)} sent: TTFT p50"
+                f" {_ms(level.ttft_ms.p50)} ms, TPOT mean {_ms(level.tpot_ms.mean)} ms"
+            )
             levels.append(level)
         return MacroRates(levels=levels, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
 

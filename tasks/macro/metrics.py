@@ -47,9 +47,13 @@ def distribution_ms(values_s: list[float]) -> dict[str, float | int]:
     ordered = sorted(v * 1000 for v in values_s)
     if not ordered:
         return {"count": 0}
-    return {"count": len(ordered), "mean": sum(ordered) / len(ordered),
-            "p50": percentile(ordered, 0.5), "p90": percentile(ordered, 0.9),
-            "p99": percentile(ordered, 0.99)}
+    return {
+        "count": len(ordered),
+        "mean": sum(ordered) / len(ordered),
+        "p50": percentile(ordered, 0.5),
+        "p90": percentile(ordered, 0.9),
+        "p99": percentile(ordered, 0.99),
+    }
 
 
 def tpot_s(record: dict[str, Any]) -> float | None:
@@ -81,8 +85,9 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "itl_ms": distribution_ms([gap for r in ok for gap in r["itl_s"]]),
         "e2e_ms": distribution_ms([r["e2e_s"] for r in ok]),
     }
-    summary["latencies"] = [(r["ttft_s"] * 1000, None if (t := tpot_s(r)) is None else t * 1000, r["e2e_s"] * 1000)
-                            for r in ok]
+    summary["latencies"] = [
+        (r["ttft_s"] * 1000, None if (t := tpot_s(r)) is None else t * 1000, r["e2e_s"] * 1000) for r in ok
+    ]
     summary["request_rate"], summary["burstiness"] = run.get("request_rate"), run.get("burstiness")
     summary["achieved_request_rate"] = achieved_rate(records) if run.get("request_rate") else None
     summary["stalls"] = delivery_stalls(ok, summary["itl_ms"].get("p50"))
@@ -117,12 +122,19 @@ def spec_decode_view(delta: dict[str, float]) -> dict[str, Any] | None:
         return None
     accepted = delta.get(SPEC_PREFIX + "accepted_tokens_total", 0.0)
     draft_tokens = delta.get(SPEC_PREFIX + "draft_tokens_total", 0.0)
-    positions = sorted((int(key.rsplit("[", 1)[1].rstrip("]")), value) for key, value in delta.items()
-                       if key.startswith(SPEC_PREFIX + "accepted_tokens_per_pos_total["))
-    return {"drafts": int(drafts), "draft_tokens": int(draft_tokens), "accepted_tokens": int(accepted),
-            "mean_acceptance_length": 1 + accepted / drafts,
-            "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else None,
-            "acceptance_by_position": [value / drafts for _, value in positions]}
+    positions = sorted(
+        (int(key.rsplit("[", 1)[1].rstrip("]")), value)
+        for key, value in delta.items()
+        if key.startswith(SPEC_PREFIX + "accepted_tokens_per_pos_total[")
+    )
+    return {
+        "drafts": int(drafts),
+        "draft_tokens": int(draft_tokens),
+        "accepted_tokens": int(accepted),
+        "mean_acceptance_length": 1 + accepted / drafts,
+        "draft_acceptance_rate": accepted / draft_tokens if draft_tokens else None,
+        "acceptance_by_position": [value / drafts for _, value in positions],
+    }
 
 
 def achieved_rate(records: list[dict[str, Any]]) -> float | None:
@@ -133,13 +145,22 @@ def achieved_rate(records: list[dict[str, Any]]) -> float | None:
     return (len(sent) - 1) / (sent[-1] - sent[0])
 
 
-def goodput(latencies: list[tuple[float, float | None, float]], duration_s: float, slo_ttft_ms: float | None,
-            slo_tpot_ms: float | None, slo_e2e_ms: float | None) -> tuple[int, float | None]:
+def goodput(
+    latencies: list[tuple[float, float | None, float]],
+    duration_s: float,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    slo_e2e_ms: float | None,
+) -> tuple[int, float | None]:
     """Requests that met every SLO set, and those a second of the run (vLLM bench's goodput). A
     request with one output token has no TPOT and meets a TPOT SLO."""
-    met = sum(1 for ttft, tpot, e2e in latencies
-              if (slo_ttft_ms is None or ttft <= slo_ttft_ms) and (slo_e2e_ms is None or e2e <= slo_e2e_ms)
-              and (slo_tpot_ms is None or tpot is None or tpot <= slo_tpot_ms))
+    met = sum(
+        1
+        for ttft, tpot, e2e in latencies
+        if (slo_ttft_ms is None or ttft <= slo_ttft_ms)
+        and (slo_e2e_ms is None or e2e <= slo_e2e_ms)
+        and (slo_tpot_ms is None or tpot is None or tpot <= slo_tpot_ms)
+    )
     return met, (met / duration_s if duration_s else None)
 
 
@@ -148,18 +169,24 @@ def delivery_stalls(records: list[dict[str, Any]], itl_p50_ms: float | None) -> 
     threshold_s = max(STALL_MIN_S, STALL_TIMES_P50 * (itl_p50_ms or 0.0) / 1000)
     per_request = [[gap for gap in r["itl_s"] if gap > threshold_s] for r in records]
     gaps = [gap for found in per_request for gap in found]
-    return {"threshold_ms": threshold_s * 1000, "count": len(gaps),
-            "requests_affected": sum(1 for found in per_request if found),
-            "total_ms": sum(gaps) * 1000, "max_ms": max(gaps, default=0.0) * 1000}
+    return {
+        "threshold_ms": threshold_s * 1000,
+        "count": len(gaps),
+        "requests_affected": sum(1 for found in per_request if found),
+        "total_ms": sum(gaps) * 1000,
+        "max_ms": max(gaps, default=0.0) * 1000,
+    }
 
 
 def server_view(delta: dict[str, float], client: dict[str, Any]) -> dict[str, Any]:
     """The server's own means over the run, and how far the client's means are from them."""
     view: dict[str, Any] = {}
-    pairs = {"ttft_ms": "vllm:time_to_first_token_seconds",
-             "tpot_ms": "vllm:request_time_per_output_token_seconds",
-             "itl_ms": "vllm:inter_token_latency_seconds",
-             "e2e_ms": "vllm:e2e_request_latency_seconds"}
+    pairs = {
+        "ttft_ms": "vllm:time_to_first_token_seconds",
+        "tpot_ms": "vllm:request_time_per_output_token_seconds",
+        "itl_ms": "vllm:inter_token_latency_seconds",
+        "e2e_ms": "vllm:e2e_request_latency_seconds",
+    }
     for key, metric in pairs.items():
         count = delta.get(metric + "_count", 0.0)
         if count <= 0:

@@ -29,8 +29,7 @@ def spread(values: list[float | None]) -> Spread:
     if len(known) < 2:
         return Spread(runs=1, median=median, low=low, high=high, verdict="one run: no spread")
     pct = (high - low) / median * 100 if median else None
-    verdict = ("n/a" if pct is None else "stable" if pct <= STABLE_PCT
-               else "noisy" if pct <= NOISY_PCT else "unstable")
+    verdict = "n/a" if pct is None else "stable" if pct <= STABLE_PCT else "noisy" if pct <= NOISY_PCT else "unstable"
     return Spread(runs=len(known), median=median, low=low, high=high, spread_pct=pct, verdict=verdict)
 
 
@@ -53,11 +52,17 @@ def agrees(value: float | None, others: list[float | None], limit_pct: float) ->
 
 
 def repeat_run(summary: dict[str, Any], artifact: str, seed: int) -> RepeatRun:
-    return RepeatRun(seed=seed, completed=summary["completed"], failed=summary["failed"],
-                     achieved_request_rate=summary["achieved_request_rate"],
-                     duration_s=summary["duration_s"], tpot_ms_mean=summary["tpot_ms"].get("mean"),
-                     ttft_ms_mean=summary["ttft_ms"].get("mean"),
-                     output_throughput_tok_per_s=summary["output_throughput_tok_per_s"], artifact=artifact)
+    return RepeatRun(
+        seed=seed,
+        completed=summary["completed"],
+        failed=summary["failed"],
+        achieved_request_rate=summary["achieved_request_rate"],
+        duration_s=summary["duration_s"],
+        tpot_ms_mean=summary["tpot_ms"].get("mean"),
+        ttft_ms_mean=summary["ttft_ms"].get("mean"),
+        output_throughput_tok_per_s=summary["output_throughput_tok_per_s"],
+        artifact=artifact,
+    )
 
 
 def merge_runs(raws: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,10 +71,15 @@ def merge_runs(raws: list[dict[str, Any]]) -> dict[str, Any]:
     for raw in raws:
         for key, value in (raw.get("server_metrics_delta") or {}).items():
             delta[key] = delta.get(key, 0.0) + value
-    return {"concurrency": raws[0]["concurrency"], "requests": [r for raw in raws for r in raw["requests"]],
-            "duration_s": sum(raw["duration_s"] for raw in raws), "server_metrics_delta": delta,
-            "scheduling": raws[0].get("scheduling"), "request_rate": raws[0].get("request_rate"),
-            "burstiness": raws[0].get("burstiness")}
+    return {
+        "concurrency": raws[0]["concurrency"],
+        "requests": [r for raw in raws for r in raw["requests"]],
+        "duration_s": sum(raw["duration_s"] for raw in raws),
+        "server_metrics_delta": delta,
+        "scheduling": raws[0].get("scheduling"),
+        "request_rate": raws[0].get("request_rate"),
+        "burstiness": raws[0].get("burstiness"),
+    }
 
 
 def ranges_overlap(a: Spread, b: Spread) -> bool | None:

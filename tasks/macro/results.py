@@ -84,8 +84,9 @@ class SpecDecode(Result):
     accepted_tokens: int
     mean_acceptance_length: float = Field(description="1 + accepted / drafts: tokens a verify step yields")
     draft_acceptance_rate: float | None = Field(None, description="accepted / draft tokens")
-    acceptance_by_position: list[float] = Field(default_factory=list, description=(
-        "per draft position, the share of drafts whose token there was accepted"))
+    acceptance_by_position: list[float] = Field(
+        default_factory=list, description=("per draft position, the share of drafts whose token there was accepted")
+    )
 
 
 class LevelSummary(Result):
@@ -109,16 +110,27 @@ class LevelSummary(Result):
     noise: Noise | None = Field(None, description="the level's repeats; the figures above pool their requests")
     request_rate: float | None = Field(None, description="open loop: the rate asked, requests a second")
     burstiness: float | None = None
-    achieved_request_rate: float | None = Field(None, description="(sent - 1) / (last send - first send), each run,"
-                                                " the runs' median")
-    prompt_tokens_mean: float | None = Field(None, description="prompt tokens a request as the server counted"
-                                             " them (usage.prompt_tokens; a chat template adds some)")
-    prefix_cache_hit_pct: float | None = Field(None, description=(
-        "prompt tokens served from the prefix cache, % of those looked up (/metrics); prompts carry"
-        " unique prefixes, so above 0 means the server reused something it should not have"))
-    spec_decode: SpecDecode | None = Field(None, description="speculative decoding counters, when the server speculates")
+    achieved_request_rate: float | None = Field(
+        None, description="(sent - 1) / (last send - first send), each run, the runs' median"
+    )
+    prompt_tokens_mean: float | None = Field(
+        None,
+        description="prompt tokens a request as the server counted"
+        " them (usage.prompt_tokens; a chat template adds some)",
+    )
+    prefix_cache_hit_pct: float | None = Field(
+        None,
+        description=(
+            "prompt tokens served from the prefix cache, % of those looked up (/metrics); prompts carry"
+            " unique prefixes, so above 0 means the server reused something it should not have"
+        ),
+    )
+    spec_decode: SpecDecode | None = Field(
+        None, description="speculative decoding counters, when the server speculates"
+    )
     latencies: list[tuple[float, float | None, float]] | None = Field(
-        None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time")
+        None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time"
+    )
 
 
 class MacroRates(Result):

@@ -42,19 +42,35 @@ def slo_search(session: Session):
         points: list[SearchPoint] = []
         rate = cfg.slo_search_start_rate
         for index in range(cfg.slo_search_runs):
-            level = run_load(session, ctx, cfg.rate_max_concurrency, max(cfg.requests_per_level, 2),
-                             warmup=1 if not points else 0, seed=700 + index, rate=rate, repeats=1)
+            level = run_load(
+                session,
+                ctx,
+                cfg.rate_max_concurrency,
+                max(cfg.requests_per_level, 2),
+                warmup=1 if not points else 0,
+                seed=700 + index,
+                rate=rate,
+                repeats=1,
+            )
             share = met_pct(level, cfg)
-            points.append(SearchPoint(rate=rate, meets=share >= cfg.slo_met_pct and not level.failed,
-                                      met_pct=share, level=level))
-            ctx.log(f"SLO search: {rate:g} req/s asked, {share:.1f}% met ->"
-                    f" {'meets' if points[-1].meets else 'misses'}")
+            points.append(
+                SearchPoint(rate=rate, meets=share >= cfg.slo_met_pct and not level.failed, met_pct=share, level=level)
+            )
+            ctx.log(
+                f"SLO search: {rate:g} req/s asked, {share:.1f}% met -> {'meets' if points[-1].meets else 'misses'}"
+            )
             rate = next_rate(points)
         meets = [p.rate for p in points if p.meets]
         best = max(meets, default=None)
         above = [p.rate for p in points if not p.meets and (best is None or p.rate > best)]
-        return SloSearch(points=points, best_rate=best, next_missing_rate=min(above, default=None),
-                         slo_met_pct=cfg.slo_met_pct, slo_ttft_ms=cfg.slo_ttft_ms, slo_tpot_ms=cfg.slo_tpot_ms,
-                         slo_e2e_ms=cfg.slo_e2e_ms)
+        return SloSearch(
+            points=points,
+            best_rate=best,
+            next_missing_rate=min(above, default=None),
+            slo_met_pct=cfg.slo_met_pct,
+            slo_ttft_ms=cfg.slo_ttft_ms,
+            slo_tpot_ms=cfg.slo_tpot_ms,
+            slo_e2e_ms=cfg.slo_e2e_ms,
+        )
 
     return run

@@ -41,8 +41,14 @@ TOKENIZER_SIZE = (
 )
 
 
-def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: Path, tp: int,
-                tokenizer_vocab_size: int | None = None) -> ModelFacts:
+def model_facts(
+    config: dict[str, Any],
+    model: str,
+    generated: bool,
+    artifact: Path,
+    tp: int,
+    tokenizer_vocab_size: int | None = None,
+) -> ModelFacts:
     """Typed facts from a config.json; a family we cannot derive shapes for is kept as a reason,
     so phases that need no shapes (serving, capture) still run."""
     try:
@@ -51,10 +57,18 @@ def model_facts(config: dict[str, Any], model: str, generated: bool, artifact: P
         shapes, error = None, str(err)
     weight_dtype, group = quantized_dtype(config)
     text = config.get("text_config", config) if "vocab_size" not in config else config
-    return ModelFacts(model=model, generated=generated, model_type=config.get("model_type"),
-                      config_artifact=str(artifact), vocab_size=int(text.get("vocab_size", 32000)),
-                      tokenizer_vocab_size=tokenizer_vocab_size,
-                      weight_dtype=weight_dtype, group_size=group, shapes=shapes, shapes_error=error)
+    return ModelFacts(
+        model=model,
+        generated=generated,
+        model_type=config.get("model_type"),
+        config_artifact=str(artifact),
+        vocab_size=int(text.get("vocab_size", 32000)),
+        tokenizer_vocab_size=tokenizer_vocab_size,
+        weight_dtype=weight_dtype,
+        group_size=group,
+        shapes=shapes,
+        shapes_error=error,
+    )
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
@@ -65,19 +79,24 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         if generated:
             # Every node loads its own copy; the weights are seeded, so the copies are equal.
             for node in reversed(session.nodes):
-                document = run_json_script(session, TINY_MODEL_SCRIPT, [model_path(session, node)],
-                                           timeout_s=900, node=node)
+                document = run_json_script(
+                    session, TINY_MODEL_SCRIPT, [model_path(session, node)], timeout_s=900, node=node
+                )
             config = document["config"]
         else:
             for node in session.nodes[1:]:
                 where = session.node_host(node.index)
                 if where.run(["test", "-f", f"{model}/config.json"], check=False, timeout_s=60).exit_code:
-                    raise InputError(f"service.model: {model}/config.json is not on {node.label}; every node"
-                                     " loads the model from the same path: copy it there")
+                    raise InputError(
+                        f"service.model: {model}/config.json is not on {node.label}; every node"
+                        " loads the model from the same path: copy it there"
+                    )
             read = host.run(["cat", f"{model}/config.json"], check=False, timeout_s=60)
             if read.exit_code != 0:
-                raise InputError(f"service.model: {model}/config.json cannot be read on {host.name}"
-                                 f" ({read.stderr.strip()[:160]}); set service.model to the model's folder there")
+                raise InputError(
+                    f"service.model: {model}/config.json cannot be read on {host.name}"
+                    f" ({read.stderr.strip()[:160]}); set service.model to the model's folder there"
+                )
             out = read.stdout
             try:
                 config = json.loads(out)
@@ -86,13 +105,29 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
         artifact = ctx.artifacts_dir / "config.json"
         write_atomic(artifact, json.dumps(config, indent=2).encode())
         size = host.run([session.python, "-c", TOKENIZER_SIZE, model], check=False, timeout_s=120).stdout.strip()
-        return model_facts(config, model, generated, artifact, session.config.service.tensor_parallel,
-                           int(size) if size.isdigit() else None)
+        return model_facts(
+            config,
+            model,
+            generated,
+            artifact,
+            session.config.service.tensor_parallel,
+            int(size) if size.isdigit() else None,
+        )
 
-    inputs = {"host": host_identity(session.config),
-              "service": session.config.service.model_dump(include={"model", "tensor_parallel"})}
-    return [TaskSpec(MODEL_FACTS, "Get the model's config.json (generate the tiny model if none is set)",
-                     "model", run, priority=Priority.high, inputs=inputs)]
+    inputs = {
+        "host": host_identity(session.config),
+        "service": session.config.service.model_dump(include={"model", "tensor_parallel"}),
+    }
+    return [
+        TaskSpec(
+            MODEL_FACTS,
+            "Get the model's config.json (generate the tiny model if none is set)",
+            "model",
+            run,
+            priority=Priority.high,
+            inputs=inputs,
+        )
+    ]
 
 
 def _checks(session: Session) -> list:

@@ -18,25 +18,40 @@ def model_checks(session: Session) -> list[Check]:
         host = session.host()
         path = shlex.quote(cfg.service.model)
         found = host.run(f"test -f {path}/config.json", check=False, timeout_s=30)
-        checks.append(Check("service.model", f"{cfg.service.model}/config.json found on {host.name}"
-                            if found.exit_code == 0 else
-                            f"{cfg.service.model} has no config.json on {host.name}; set service.model to"
-                            " the model's folder on the host (a hub name needs the folder it downloads to)",
-                            blocking=found.exit_code != 0))
+        checks.append(
+            Check(
+                "service.model",
+                f"{cfg.service.model}/config.json found on {host.name}"
+                if found.exit_code == 0
+                else f"{cfg.service.model} has no config.json on {host.name}; set service.model to"
+                " the model's folder on the host (a hub name needs the folder it downloads to)",
+                blocking=found.exit_code != 0,
+            )
+        )
     if "macro" in session.enabled:
         wanted = cfg.macro.input_tokens + cfg.macro.output_tokens
-        checks.append(Check("service.max_model_len", f"{cfg.macro.input_tokens} input + {cfg.macro.output_tokens}"
-                                                     f" output tokens fit in {cfg.service.max_model_len}"
-                            if wanted <= cfg.service.max_model_len else
-                            f"{wanted} tokens a request exceed {cfg.service.max_model_len}: raise"
-                            " service.max_model_len or lower macro.input_tokens/output_tokens",
-                            blocking=wanted > cfg.service.max_model_len))
+        checks.append(
+            Check(
+                "service.max_model_len",
+                f"{cfg.macro.input_tokens} input + {cfg.macro.output_tokens}"
+                f" output tokens fit in {cfg.service.max_model_len}"
+                if wanted <= cfg.service.max_model_len
+                else f"{wanted} tokens a request exceed {cfg.service.max_model_len}: raise"
+                " service.max_model_len or lower macro.input_tokens/output_tokens",
+                blocking=wanted > cfg.service.max_model_len,
+            )
+        )
         if cfg.macro.dataset == "sharegpt":
             host = session.host()
             found = host.run(["test", "-r", str(cfg.macro.dataset_path)], check=False, timeout_s=30)
-            checks.append(Check("macro.dataset_path", f"{cfg.macro.dataset_path} readable on {host.name}"
-                                if found.exit_code == 0 else
-                                f"{cfg.macro.dataset_path} is not a readable file on {host.name}: the load client"
-                                " reads it there; copy the ShareGPT JSON to the host or fix the path",
-                                blocking=found.exit_code != 0))
+            checks.append(
+                Check(
+                    "macro.dataset_path",
+                    f"{cfg.macro.dataset_path} readable on {host.name}"
+                    if found.exit_code == 0
+                    else f"{cfg.macro.dataset_path} is not a readable file on {host.name}: the load client"
+                    " reads it there; copy the ShareGPT JSON to the host or fix the path",
+                    blocking=found.exit_code != 0,
+                )
+            )
     return checks

@@ -17,7 +17,8 @@ class ModelFacts(Result):
     config_artifact: str
     vocab_size: int
     tokenizer_vocab_size: int | None = Field(
-        None, description="tokens the model folder's tokenizer.json knows; prompts stay below it")
+        None, description="tokens the model folder's tokenizer.json knows; prompts stay below it"
+    )
     weight_dtype: str = Field(description="what config.json declares; the trace shows what ran")
     group_size: int | None
     shapes: ModelShapes | None = Field(description="per-rank GEMM shapes; None when the family is unknown")

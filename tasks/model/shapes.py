@@ -43,8 +43,10 @@ class ConfigReader:
 
     def need(self, key: str) -> Any:
         if key not in self.config or self.config[key] is None:
-            raise InputError(f"{self.source}: field '{key}' is missing; this model family needs it"
-                             " to derive GEMM shapes (check the config.json is the model's own)")
+            raise InputError(
+                f"{self.source}: field '{key}' is missing; this model family needs it"
+                " to derive GEMM shapes (check the config.json is the model's own)"
+            )
         return self.config[key]
 
     def get(self, key: str, default: Any) -> Any:
@@ -54,8 +56,10 @@ class ConfigReader:
 
 def split(value: int, tp: int, what: str, source: str) -> int:
     if value % tp:
-        raise InputError(f"{source}: {what} = {value} does not divide by tensor_parallel {tp};"
-                         " choose a tensor-parallel size that divides it")
+        raise InputError(
+            f"{source}: {what} = {value} does not divide by tensor_parallel {tp};"
+            " choose a tensor-parallel size that divides it"
+        )
     return value // tp
 
 
@@ -117,7 +121,8 @@ class ModelShapes(Result):
     """2 a layer (attention o_proj, MLP/MoE down) + 1 (vocab-parallel embedding); 0 at TP=1."""
     layers: list[LayerShape]
     kv_bytes_per_token: float | None = Field(
-        None, description="KV-cache bytes one token holds on one rank at bf16 (all layers, K and V)")
+        None, description="KV-cache bytes one token holds on one rank at bf16 (all layers, K and V)"
+    )
 
     def gemm_rows(self, batch_sizes: list[int]) -> list[dict[str, Any]]:
         """The GEMMs of one decode step at each batch size, as rows for the GEMM bench."""
@@ -125,13 +130,25 @@ class ModelShapes(Result):
         for m in batch_sizes:
             for layer in self.layers:
                 rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
-                rows.append(GemmShape(layer.name, rows_m, layer.k, layer.n, layer.dtype, layer.parallel,
-                                      layer.count_per_layer, layer.experts, layer.top_k).as_row())
+                rows.append(
+                    GemmShape(
+                        layer.name,
+                        rows_m,
+                        layer.k,
+                        layer.n,
+                        layer.dtype,
+                        layer.parallel,
+                        layer.count_per_layer,
+                        layer.experts,
+                        layer.top_k,
+                    ).as_row()
+                )
         return rows
 
 
-def derive_shapes(config: dict[str, Any], tp: int, batch_sizes: list[int],
-                  source: str = "config.json") -> dict[str, Any]:
+def derive_shapes(
+    config: dict[str, Any], tp: int, batch_sizes: list[int], source: str = "config.json"
+) -> dict[str, Any]:
     """The old flat form (family, ..., shapes at each batch size), for scripts and tests."""
     model = model_shapes(config, tp, source)
     return {**model.model_dump(exclude={"layers"}), "shapes": model.gemm_rows(batch_sizes)}
@@ -144,26 +161,58 @@ def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -
     if reader.get("kv_lora_rank", None) is not None:
         family, per_layer = "deepseek_v3", _mla_moe(reader, tp, weight_dtype)
     elif reader.get("num_local_experts", None) or reader.get("num_experts", None):
-        family, per_layer = "mixtral", (_gqa(reader, tp, "fp8" if weight_dtype == "fp8" else "bf16")
-                                     + _moe_experts(reader, tp, weight_dtype))
-    elif model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3") or reader.get(
-            "num_key_value_heads", None) is not None:
-        family, per_layer = "llama", _gqa(reader, tp, weight_dtype) + _dense_mlp(reader, tp, weight_dtype, "intermediate_size")
+        family, per_layer = (
+            "mixtral",
+            (_gqa(reader, tp, "fp8" if weight_dtype == "fp8" else "bf16") + _moe_experts(reader, tp, weight_dtype)),
+        )
+    elif (
+        model_type in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
+        or reader.get("num_key_value_heads", None) is not None
+    ):
+        family, per_layer = (
+            "llama",
+            _gqa(reader, tp, weight_dtype) + _dense_mlp(reader, tp, weight_dtype, "intermediate_size"),
+        )
     else:
-        raise InputError(f"{source}: model_type '{model_type}' is not a supported family"
-                         " (DeepSeek-V3/Kimi-K2, Llama/Qwen/Mistral, Mixtral)")
+        raise InputError(
+            f"{source}: model_type '{model_type}' is not a supported family"
+            " (DeepSeek-V3/Kimi-K2, Llama/Qwen/Mistral, Mixtral)"
+        )
     hidden = int(reader.need("hidden_size"))
     vocab = int(reader.need("vocab_size"))
     layers = int(reader.need("num_hidden_layers"))
-    lm_head = ("lm_head", hidden, split(vocab, tp, "vocab_size", source) if vocab % tp == 0 else math.ceil(vocab / tp),
-               "bf16", "column", 1.0)
-    shapes = [LayerShape(name=name, k=int(k), n=int(n), dtype=dtype, parallel=parallel,
-                         count_per_layer=count, **(extra[0] if extra else {}))
-              for name, k, n, dtype, parallel, count, *extra in per_layer + [lm_head]]
-    return ModelShapes(family=family, tensor_parallel=tp, num_layers=layers, hidden_size=hidden,
-                       vocab_size=vocab, weight_dtype=weight_dtype, group_size=group,
-                       allreduces_per_step=2 * layers + 1 if tp > 1 else 0, layers=shapes,
-                       kv_bytes_per_token=kv_bytes_per_token(config, tp))
+    lm_head = (
+        "lm_head",
+        hidden,
+        split(vocab, tp, "vocab_size", source) if vocab % tp == 0 else math.ceil(vocab / tp),
+        "bf16",
+        "column",
+        1.0,
+    )
+    shapes = [
+        LayerShape(
+            name=name,
+            k=int(k),
+            n=int(n),
+            dtype=dtype,
+            parallel=parallel,
+            count_per_layer=count,
+            **(extra[0] if extra else {}),
+        )
+        for name, k, n, dtype, parallel, count, *extra in per_layer + [lm_head]
+    ]
+    return ModelShapes(
+        family=family,
+        tensor_parallel=tp,
+        num_layers=layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        weight_dtype=weight_dtype,
+        group_size=group,
+        allreduces_per_step=2 * layers + 1 if tp > 1 else 0,
+        layers=shapes,
+        kv_bytes_per_token=kv_bytes_per_token(config, tp),
+    )
 
 
 def kv_bytes_per_token(config: dict[str, Any], tp: int) -> float | None:
@@ -201,23 +250,28 @@ def _gqa(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:
 def _dense_mlp(reader: ConfigReader, tp: int, dtype: str, key: str, count: float = 1.0) -> list[tuple]:
     hidden = int(reader.need("hidden_size"))
     inter = split(int(reader.need(key)), tp, key, reader.source)
-    return [("gate_up_proj", hidden, 2 * inter, dtype, "column", count),
-            ("down_proj", inter, hidden, dtype, "row", count)]
+    return [
+        ("gate_up_proj", hidden, 2 * inter, dtype, "column", count),
+        ("down_proj", inter, hidden, dtype, "row", count),
+    ]
 
 
 def _moe_experts(reader: ConfigReader, tp: int, dtype: str) -> list[tuple]:
     hidden = int(reader.need("hidden_size"))
-    experts = int(reader.get("num_local_experts", None) or reader.get("n_routed_experts", None)
-                  or reader.need("num_experts"))
+    experts = int(
+        reader.get("num_local_experts", None) or reader.get("n_routed_experts", None) or reader.need("num_experts")
+    )
     top_k = int(reader.need("num_experts_per_tok"))
     key = "moe_intermediate_size" if reader.get("moe_intermediate_size", None) else "intermediate_size"
     inter = split(int(reader.need(key)), tp, key, reader.source)
     share = {"tokens_share": top_k / experts}
     # Each routed expert's GEMM alone (what a GEMM costs), and the layer's experts as the server
     # runs them: one fused call (what the step costs).
-    return [("expert_w13", hidden, 2 * inter, dtype, "column", float(top_k), share),
-            ("expert_w2", inter, hidden, dtype, "row", float(top_k), share),
-            ("experts_fused", hidden, inter, dtype, "row", 1.0, {"experts": experts, "top_k": top_k})]
+    return [
+        ("expert_w13", hidden, 2 * inter, dtype, "column", float(top_k), share),
+        ("expert_w2", inter, hidden, dtype, "row", float(top_k), share),
+        ("experts_fused", hidden, inter, dtype, "row", 1.0, {"experts": experts, "top_k": top_k}),
+    ]
 
 
 def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
@@ -243,16 +297,19 @@ def _mla_moe(reader: ConfigReader, tp: int, expert_dtype: str) -> list[tuple]:
         ("o_proj", heads * v_dim, hidden, dense_dtype, "row", 1.0),
     ]
     if dense_layers:
-        rows += [(f"dense_{name}", k, n, dense_dtype, par, dense_share)
-                 for name, k, n, _, par, _ in _dense_mlp(reader, tp, dense_dtype, "intermediate_size")]
+        rows += [
+            (f"dense_{name}", k, n, dense_dtype, par, dense_share)
+            for name, k, n, _, par, _ in _dense_mlp(reader, tp, dense_dtype, "intermediate_size")
+        ]
     if shared:
         inter = split(moe_inter * shared, tp, "moe_intermediate_size x n_shared_experts", source)
         quant = reader.config.get("quantization_config") or {}
         shared_dtype = "bf16" if "shared_expert" in str(quant.get("ignore", "")) else expert_dtype
-        rows += [("shared_expert_w13", hidden, 2 * inter, shared_dtype, "column", moe_share),
-                 ("shared_expert_w2", inter, hidden, shared_dtype, "row", moe_share)]
+        rows += [
+            ("shared_expert_w13", hidden, 2 * inter, shared_dtype, "column", moe_share),
+            ("shared_expert_w2", inter, hidden, shared_dtype, "row", moe_share),
+        ]
     experts = _moe_experts(reader, tp, expert_dtype)
-    rows += [(name, k, n, dtype, par, count * moe_share, extra)
-             for name, k, n, dtype, par, count, extra in experts]
+    rows += [(name, k, n, dtype, par, count * moe_share, extra) for name, k, n, dtype, par, count, extra in experts]
     rows.append(("moe_gate", hidden, int(reader.get("n_routed_experts", 0)), "bf16", "replicated", moe_share))
     return rows

@@ -21,9 +21,15 @@ from tasks.unit import PhaseUnit, Section
 class ProfileSection(Section):
     warmup_requests: int = Field(2, ge=0, le=1000)
     requests: int = Field(4, ge=1, le=1000)
-    concurrency: int = Field(1, ge=1, le=4096, description=(
-        "requests in flight while the profiler records; the decode step's batch (GEMM M). Set it to a"
-        " level of macro.concurrency_levels to have the profiler's overhead measured at it"))
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=4096,
+        description=(
+            "requests in flight while the profiler records; the decode step's batch (GEMM M). Set it to a"
+            " level of macro.concurrency_levels to have the profiler's overhead measured at it"
+        ),
+    )
     output_tokens: int = Field(32, ge=2, le=1 << 20)
     stop_timeout_s: float = Field(3600, gt=0)
 
@@ -32,11 +38,23 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.profile.capture import capture_action
 
     after = MACRO_SWEEP if "macro" in enabled else SERVICE_READY
-    inputs = {"profile": session.config.profile.model_dump(exclude={"stop_timeout_s"}),
-              "macro": {"input_tokens": session.config.macro.input_tokens}}
-    return [TaskSpec(PROFILE_CAPTURE, "Capture decode steps with torch.profiler through vLLM",
-                     "profile", capture_action(session), depends_on=(after,), needs=("service",),
-                     optional=(MODEL_FACTS,), priority=Priority.high, inputs=inputs)]
+    inputs = {
+        "profile": session.config.profile.model_dump(exclude={"stop_timeout_s"}),
+        "macro": {"input_tokens": session.config.macro.input_tokens},
+    }
+    return [
+        TaskSpec(
+            PROFILE_CAPTURE,
+            "Capture decode steps with torch.profiler through vLLM",
+            "profile",
+            capture_action(session),
+            depends_on=(after,),
+            needs=("service",),
+            optional=(MODEL_FACTS,),
+            priority=Priority.high,
+            inputs=inputs,
+        )
+    ]
 
 
 UNIT = PhaseUnit(name="profile", specs=_specs, results=(PROFILE_CAPTURE,), config=ProfileSection, requires=("service",))

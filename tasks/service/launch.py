@@ -36,11 +36,14 @@ PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def fill_placeholders(part: str, values: dict[str, str]) -> str:
     """`{model}`, `{port}`, `{tp}`, `{profiler_config}`, `{python}` filled; every other brace is
     the user's (a JSON argument such as `{"method": "ngram"}` passes as written, no escaping)."""
+
     def one(match: re.Match[str]) -> str:
         if match[1] not in values:
-            raise InputError(f"service.command: unknown placeholder {{{match[1]}}} in {part!r}; the placeholders"
-                             " are {model} {port} {tp} {profiler_config} {python} (other braces, JSON"
-                             " included, pass as written)")
+            raise InputError(
+                f"service.command: unknown placeholder {{{match[1]}}} in {part!r}; the placeholders"
+                " are {model} {port} {tp} {profiler_config} {python} (other braces, JSON"
+                " included, pass as written)"
+            )
         return values[match[1]]
 
     return PLACEHOLDER.sub(one, part)
@@ -85,18 +88,30 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
     """How the server starts on the host; with ``node`` (multi-node), that node's part of it."""
     cfg = session.config.service
     model = model_path(session, node)
-    profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": profiler_dir(session, node),
-                           "torch_profiler_with_stack": False})
+    profiler = json.dumps(
+        {"profiler": "torch", "torch_profiler_dir": profiler_dir(session, node), "torch_profiler_with_stack": False}
+    )
     launcher = cfg.launcher
     if cfg.command:
-        values = {"model": model, "port": str(cfg.port), "tp": str(cfg.tensor_parallel),
-                  "profiler_config": profiler, "python": session.python}
+        values = {
+            "model": model,
+            "port": str(cfg.port),
+            "tp": str(cfg.tensor_parallel),
+            "profiler_config": profiler,
+            "python": session.python,
+        }
         argv = [fill_placeholders(part, values) for part in cfg.command]
         return LaunchPlan(argv + cfg.extra_args, collective_defaults(host.accelerator) | cfg.env, "custom")
     if launcher == "auto":
         launcher = "vllm-serve" if host.accelerator == "cuda" else "vllm-cpu"
-    common = ["--port", str(cfg.port), "--tensor-parallel-size", str(cfg.tensor_parallel),
-              "--max-model-len", str(cfg.max_model_len)]
+    common = [
+        "--port",
+        str(cfg.port),
+        "--tensor-parallel-size",
+        str(cfg.tensor_parallel),
+        "--max-model-len",
+        str(cfg.max_model_len),
+    ]
     if cfg.served_model_name:
         common += ["--served-model-name", cfg.served_model_name]
     if uses_profiler(session):
@@ -106,15 +121,25 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
     env = collective_defaults(host.accelerator) | ({"HF_HUB_OFFLINE": "1"} if cfg.model is None else {})
     if launcher == "vllm-cpu":
         # The `vllm` console script fails under the vllm-cpu distribution; the module works.
-        argv = [session.python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-                "--dtype", "bfloat16", *common]
+        argv = [
+            session.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--dtype",
+            "bfloat16",
+            *common,
+        ]
         if cfg.model is None:
             # The generated 4-layer model: torch.compile's warm-up took 35 s of a cold 88 s start
             # (measured, 2 CPUs) and buys nothing at this size; eager starts in 47 s. The default
             # campaign starts three servers (the base and two experiments).
             argv.append("--enforce-eager")
-        env |= {"VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(host.cpu_count, cfg.tensor_parallel)}
+        env |= {
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CPU_OMP_THREADS_BIND": cpu_thread_binding(host.cpu_count, cfg.tensor_parallel),
+        }
     else:
         # vLLM's CLI as the host Python's module: no `vllm` on PATH needed (a venv not activated in
         # a non-interactive SSH shell still works through host.python).
@@ -125,8 +150,9 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
     return LaunchPlan(argv + cfg.extra_args, env, launcher)
 
 
-def node_plan(session: Session, host: HostFacts, node: Node, launcher: str, model: str,
-              common: list[str], env: dict[str, str]) -> LaunchPlan:
+def node_plan(
+    session: Session, host: HostFacts, node: Node, launcher: str, model: str, common: list[str], env: dict[str, str]
+) -> LaunchPlan:
     """vLLM's own multi-node mode (multiprocessing backend; Ray is not available on CPU): the
     head serves the API, every other node runs `--headless` with its share of the ranks. Each
     node is told its data-plane address and interface: without them gloo resolved the hostname
@@ -136,15 +162,32 @@ def node_plan(session: Session, host: HostFacts, node: Node, launcher: str, mode
     local_ranks = cfg.tensor_parallel // len(nodes)
     facts = next((n for n in host.nodes if n.index == node.index), None)
     # Shipped by the launch (a plan is also shown by `check`, which writes nothing on the host).
-    argv = [node.python, f"{node.workdir}/scripts/{VLLM_CLI_SCRIPT.name}", "serve", model, *common,
-            "--distributed-executor-backend", "mp", "--nnodes", str(len(nodes)), "--node-rank", str(node.index),
-            "--master-addr", str(nodes[0].ip), "--master-port", str(cfg.master_port)]
+    argv = [
+        node.python,
+        f"{node.workdir}/scripts/{VLLM_CLI_SCRIPT.name}",
+        "serve",
+        model,
+        *common,
+        "--distributed-executor-backend",
+        "mp",
+        "--nnodes",
+        str(len(nodes)),
+        "--node-rank",
+        str(node.index),
+        "--master-addr",
+        str(nodes[0].ip),
+        "--master-port",
+        str(cfg.master_port),
+    ]
     if launcher == "vllm-cpu":
         argv += ["--dtype", "bfloat16"]
     if node.index > 0:
         argv.append("--headless")
-    env = env | {"VLLM_HOST_IP": str(node.ip), "GLOO_SOCKET_IFNAME": str(node.interface),
-                 "NCCL_SOCKET_IFNAME": str(node.interface)}
+    env = env | {
+        "VLLM_HOST_IP": str(node.ip),
+        "GLOO_SOCKET_IFNAME": str(node.interface),
+        "NCCL_SOCKET_IFNAME": str(node.interface),
+    }
     if launcher == "vllm-cpu":
         cores = facts.cpu_count if facts else host.cpu_count
         env["VLLM_CPU_OMP_THREADS_BIND"] = node.cpu_bind or cpu_thread_binding(cores, local_ranks)

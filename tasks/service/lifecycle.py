@@ -53,8 +53,9 @@ class LogFollower:
     offset: int = 0
 
     def read_new(self) -> LoadProgress:
-        chunk = self.host.run(f"tail -c +{self.offset + 1} {shlex.quote(self.path)} 2>/dev/null",
-                              check=False, timeout_s=60).stdout
+        chunk = self.host.run(
+            f"tail -c +{self.offset + 1} {shlex.quote(self.path)} 2>/dev/null", check=False, timeout_s=60
+        ).stdout
         self.offset += len(chunk.encode())
         self.progress.feed(chunk)
         return self.progress
@@ -131,8 +132,10 @@ class ServiceLifecycle:
     def stop_leaderless(self, ctx: TaskContext, pid: int) -> None:
         """What is left of a server whose leader died: stopped, so a new one can be launched."""
         host = self.session.host()
-        ctx.log(f"the server we launched (process group {pid}) lost its API server; stopping"
-                f" what is left of it ({len(host.group_pids(pid))} processes)")
+        ctx.log(
+            f"the server we launched (process group {pid}) lost its API server; stopping"
+            f" what is left of it ({len(host.group_pids(pid))} processes)"
+        )
         if not host.stop_group(pid, grace_s=self.session.config.service.stop_grace_s):
             raise TaskFailed(f"vLLM process group {pid} on {host.name} survived SIGKILL")
         host.run(f"rm -f {shlex.quote(self.pid_path)}", check=False, timeout_s=30)
@@ -164,7 +167,8 @@ class ServiceLifecycle:
             raise TaskFailed(
                 f"port {self.session.config.service.port} on {self.session.host().name} is held by a server"
                 f" this campaign did not launch; experiment '{self.identity}' launches its own server"
-                " with the option applied, so stop that one first")
+                " with the option applied, so stop that one first"
+            )
         if served is not None:
             if served != expected:
                 raise TaskFailed(
@@ -173,8 +177,9 @@ class ServiceLifecycle:
                 )
             pid = self.our_pid()
             ctx.log(f"adopting the server already serving {expected}" + (f" (pid {pid})" if pid else ""))
-            self.known = ServiceState(pid=pid, adopted=pid is None,
-                                      facts={"adopted": True, "pid": pid, "model": expected})
+            self.known = ServiceState(
+                pid=pid, adopted=pid is None, facts={"adopted": True, "pid": pid, "model": expected}
+            )
             return self.known.facts
         pid = self.our_pid()
         if pid is not None and not self.session.host().is_alive(pid):
@@ -194,8 +199,13 @@ class ServiceLifecycle:
             pid = self.launch(ctx, ctx.input(HOST_FACTS))
             launched_at = time.time()
         facts = self.follow_load(ctx, pid)
-        facts |= {"adopted": False, "pid": pid, "model": expected,
-                  "launched_at_epoch_s": launched_at, "log": self.log_path}
+        facts |= {
+            "adopted": False,
+            "pid": pid,
+            "model": expected,
+            "launched_at_epoch_s": launched_at,
+            "log": self.log_path,
+        }
         self.known = ServiceState(pid=pid, adopted=False, facts=facts)
         return facts
 
@@ -209,11 +219,16 @@ class ServiceLifecycle:
                 self.session.ship(VLLM_CLI_SCRIPT, node)
             host = self.session.node_host(node.index)
             host.run(f"mkdir -p {shlex.quote(profiler_dir(self.session, node))}", timeout_s=30)
-            pids.append(host.start_detached(plan.argv, service_log_path(self.session, node),
-                                            service_pid_path(self.session, node), env=plan.env))
+            pids.append(
+                host.start_detached(
+                    plan.argv, service_log_path(self.session, node), service_pid_path(self.session, node), env=plan.env
+                )
+            )
             if node.index == 0:
-                host.run(f"printf '%s\\n' {shlex.quote(self.identity)} > {shlex.quote(service_identity_path(self.session))}",
-                         timeout_s=30)
+                host.run(
+                    f"printf '%s\\n' {shlex.quote(self.identity)} > {shlex.quote(service_identity_path(self.session))}",
+                    timeout_s=30,
+                )
             where = f" on {node.label}" if self.session.multi_node else ""
             ctx.log(f"launched {plan.launcher} server pid {pids[-1]}{where}: {shlex.join(plan.argv)}")
         return pids[0]
@@ -226,8 +241,10 @@ class ServiceLifecycle:
         dead = [node for node, pid in pids if pid is None]
         if not dead or len(dead) == len(pids):
             return False
-        ctx.log(f"the server's part on {', '.join(node.label for node in dead)} is gone; stopping the other"
-                " nodes' parts to relaunch them all")
+        ctx.log(
+            f"the server's part on {', '.join(node.label for node in dead)} is gone; stopping the other"
+            " nodes' parts to relaunch them all"
+        )
         self.stop_nodes()
         return True
 
@@ -252,8 +269,12 @@ class ServiceLifecycle:
         started = time.monotonic()
         health_seen_at: float | None = None
         head_log = LogFollower(host, self.log_path, progress)
-        workers = {node.index: LogFollower(self.session.node_host(node.index), service_log_path(self.session, node),
-                                           LoadProgress()) for node in self.session.nodes[1:]}
+        workers = {
+            node.index: LogFollower(
+                self.session.node_host(node.index), service_log_path(self.session, node), LoadProgress()
+            )
+            for node in self.session.nodes[1:]
+        }
 
         def log_tail() -> str:
             return self.masked(tail_lines(host.read_text(self.log_path, 200_000), LOG_TAIL_LINES))
@@ -271,27 +292,34 @@ class ServiceLifecycle:
             bar.update(task, completed=progress.shard_percent or 0, description=progress.describe())
             if progress.fatal_line:
                 time.sleep(1)  # let the rest of the traceback reach the log
-                raise TaskFailed(f"vLLM failed to start on {host.name}: {self.masked(progress.fatal_line)}",
-                                 output_tail=log_tail())
+                raise TaskFailed(
+                    f"vLLM failed to start on {host.name}: {self.masked(progress.fatal_line)}", output_tail=log_tail()
+                )
             status, _ = host.http_get(cfg.port, "/health", timeout_s=2)
             if status == 200:
                 health_seen_at = time.monotonic()
                 return True
             if not host.is_alive(pid):
-                raise TaskFailed(f"vLLM (pid {pid}) exited during start on {host.name}",
-                                 output_tail=log_tail())
+                raise TaskFailed(f"vLLM (pid {pid}) exited during start on {host.name}", output_tail=log_tail())
             self.check_worker_nodes(workers)
             return False
 
-        with Progress(TextColumn("[bold]vLLM[/bold] {task.description}"), BarColumn(),
-                      TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                      transient=True) as bar:
+        with Progress(
+            TextColumn("[bold]vLLM[/bold] {task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            transient=True,
+        ) as bar:
             task = bar.add_task(progress.describe(), total=100)
             ready = poll_policy(cfg.ready_deadline_s)(poll)
         if not ready:
-            raise TaskFailed(f"vLLM not ready on {host.name} after {cfg.ready_deadline_s:.0f} s"
-                             f" (last phase: {progress.describe()}); raise service.ready_deadline_s"
-                             " or read the log", output_tail=log_tail())
+            raise TaskFailed(
+                f"vLLM not ready on {host.name} after {cfg.ready_deadline_s:.0f} s"
+                f" (last phase: {progress.describe()}); raise service.ready_deadline_s"
+                " or read the log",
+                output_tail=log_tail(),
+            )
         read_log()  # the lines written between the last read and /health turning 200
         if progress.phase != "ready":
             progress.phase = "ready"
@@ -301,8 +329,7 @@ class ServiceLifecycle:
             raise TaskFailed(f"server on port {cfg.port} is healthy but serves {served!r}")
         ready_s = time.monotonic() - started
         ctx.log(f"ready after {ready_s:.1f} s ({progress.describe()})")
-        return {"ready_s": round(ready_s, 2), "health_seen_monotonic": health_seen_at,
-                "load": progress.summary()}
+        return {"ready_s": round(ready_s, 2), "health_seen_monotonic": health_seen_at, "load": progress.summary()}
 
     def check_worker_nodes(self, workers: dict[int, LogFollower]) -> None:
         """During a multi-node start: every worker node's process alive, no fatal line in its log."""
@@ -310,8 +337,10 @@ class ServiceLifecycle:
             progress = workers[node.index].read_new()
             if progress.fatal_line:
                 time.sleep(1)
-                raise TaskFailed(f"vLLM failed to start on {node.label}: {self.masked(progress.fatal_line)}",
-                                 output_tail=self.node_log_tail(node))
+                raise TaskFailed(
+                    f"vLLM failed to start on {node.label}: {self.masked(progress.fatal_line)}",
+                    output_tail=self.node_log_tail(node),
+                )
             if self.our_pid(node) is None:
                 raise TaskFailed(f"vLLM exited during start on {node.label}", output_tail=self.node_log_tail(node))
 
@@ -337,8 +366,10 @@ class ServiceLifecycle:
         census = [self.confirm_free(pids.get(node.index), node) for node in self.session.nodes]
         result = {"stopped_pid": pids.get(0), **census[0]}
         if self.session.multi_node:
-            result["nodes"] = [{"node": node.name, "stopped_pid": pids.get(node.index), **free}
-                               for node, free in zip(self.session.nodes, census, strict=True)]
+            result["nodes"] = [
+                {"node": node.name, "stopped_pid": pids.get(node.index), **free}
+                for node, free in zip(self.session.nodes, census, strict=True)
+            ]
         return result
 
     def confirm_free(self, pgid: int | None, node: Node | None = None) -> dict[str, Any]:
@@ -350,24 +381,33 @@ class ServiceLifecycle:
         host = self.session.node_host(node.index)
         port_closed = node.index > 0 or not host.port_open(self.session.config.service.port)
         leftover = host.group_pids(pgid) if pgid else []
-        gpu_apps = host.run("command -v nvidia-smi >/dev/null && nvidia-smi "
-                            "--query-compute-apps=pid,process_name --format=csv,noheader",
-                            check=False, timeout_s=60)
+        gpu_apps = host.run(
+            "command -v nvidia-smi >/dev/null && nvidia-smi "
+            "--query-compute-apps=pid,process_name --format=csv,noheader",
+            check=False,
+            timeout_s=60,
+        )
         apps = [line for line in gpu_apps.stdout.splitlines() if line.strip()] if gpu_apps.exit_code == 0 else []
         busy: list[str] = []
 
         def memory_released() -> bool:
-            memory = host.run("command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,memory.used,"
-                              "memory.total --format=csv,noheader,nounits", check=False, timeout_s=60)
+            memory = host.run(
+                "command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=index,memory.used,"
+                "memory.total --format=csv,noheader,nounits",
+                check=False,
+                timeout_s=60,
+            )
             busy[:] = busy_gpus(memory.stdout) if memory.exit_code == 0 else []
             return not busy
 
         if not apps:
             poll_policy(GPU_MEMORY_RELEASE_S, interval_s=1.0)(memory_released)
         if not port_closed or leftover or apps or busy:
-            raise TaskFailed(f"accelerators not free on {host.name}: port open={not port_closed},"
-                             f" leftover pids={leftover}, GPU compute apps={apps}, GPU memory in use={busy}"
-                             " (stop what holds them; a microbenchmark on a busy accelerator is wrong)")
+            raise TaskFailed(
+                f"accelerators not free on {host.name}: port open={not port_closed},"
+                f" leftover pids={leftover}, GPU compute apps={apps}, GPU memory in use={busy}"
+                " (stop what holds them; a microbenchmark on a busy accelerator is wrong)"
+            )
         return {"port_closed": True, "leftover_pids": [], "gpu_compute_apps": apps, "gpu_memory_in_use": busy}
 
 

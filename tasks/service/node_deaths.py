@@ -32,15 +32,19 @@ def fail_if_node_died(session: Session, during: str) -> None:
         dead.sort(key=lambda node: log_written_at(session, node))
     first, *after = dead
     then = f"; then on {', '.join(node.label for node in after)}" if after else ""
-    raise TaskFailed(f"vLLM on {first.label} exited {during}{then}; `orchestrate resume` relaunches every node",
-                     output_tail=lifecycle.node_log_tail(first))
+    raise TaskFailed(
+        f"vLLM on {first.label} exited {during}{then}; `orchestrate resume` relaunches every node",
+        output_tail=lifecycle.node_log_tail(first),
+    )
 
 
 def log_written_at(session: Session, node: Node) -> float:
     """When the node's server log was last written, by the node's clock (inf if unknown)."""
     answer = session.node_host(node.index).run(
-        [node.python, "-c", "import os, sys; print(os.stat(sys.argv[1]).st_mtime)",
-         service_log_path(session, node)], check=False, timeout_s=30)
+        [node.python, "-c", "import os, sys; print(os.stat(sys.argv[1]).st_mtime)", service_log_path(session, node)],
+        check=False,
+        timeout_s=30,
+    )
     try:
         return float(answer.stdout.strip())
     except ValueError:

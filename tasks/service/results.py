@@ -44,7 +44,8 @@ class ServiceReady(Result):
     launched_at_epoch_s: float | None = None
     log: str | None = None
     health_to_task_done_s: float | None = Field(
-        None, description="from /health turning 200 to this task's end: readiness latency")
+        None, description="from /health turning 200 to this task's end: readiness latency"
+    )
 
 
 class ServiceFacts(ServiceReady):

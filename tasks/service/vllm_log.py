@@ -141,8 +141,11 @@ class LoadProgress:
             self.moe_method = f"{self.moe_method or 'MoE'} ({match[1]} backend)"
 
     def summary(self) -> dict[str, object]:
-        return {key: value for key, value in self.__dict__.items()
-                if not key.startswith("_") and value is not None and value != []}
+        return {
+            key: value
+            for key, value in self.__dict__.items()
+            if not key.startswith("_") and value is not None and value != []
+        }
 
     def describe(self) -> str:
         parts = [self.phase]

@@ -19,8 +19,11 @@ def opening_sections(findings: Findings) -> list[str]:
 
     figures = key_figures(findings)
     ready = findings.result(SERVICE_READY)
-    return [summary_section(figures), setup_section(findings),
-            server_ran_section(ready.load if ready else None, figures.rank0, figures.model)]
+    return [
+        summary_section(figures),
+        setup_section(findings),
+        server_ran_section(ready.load if ready else None, figures.rank0, figures.model),
+    ]
 
 
 def closing_sections(findings: Findings, after_decision: Callable[[Findings, Any], str] | None = None) -> list[str]:
@@ -37,6 +40,12 @@ def closing_sections(findings: Findings, after_decision: Callable[[Findings, Any
     figures = key_figures(findings)
     rules = campaign_rules(findings)
     record = decide(rule_figures(figures, rules.assumptions), rules)
-    return [crosscheck_section(figures, figures.capture), step_model_section(figures), bottleneck_section(figures),
-            decision_section(figures, rules, record, findings), after_decision(findings, rules) if after_decision else "",
-            baseline_section(figures, findings, record), configuration_section(findings)]
+    return [
+        crosscheck_section(figures, figures.capture),
+        step_model_section(figures),
+        bottleneck_section(figures),
+        decision_section(figures, rules, record, findings),
+        after_decision(findings, rules) if after_decision else "",
+        baseline_section(figures, findings, record),
+        configuration_section(findings),
+    ]

@@ -13,10 +13,16 @@ from orchestrator.errors import InputError
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("a", type=Path, help="campaign A: its state/todo.json, reports/<campaign> folder or baseline.json")
+    parser.add_argument(
+        "a", type=Path, help="campaign A: its state/todo.json, reports/<campaign> folder or baseline.json"
+    )
     parser.add_argument("b", type=Path, help="campaign B, the same kinds")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="where to write the Markdown comparison (default: <reports>/compare_<A>_vs_<B>.md)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where to write the Markdown comparison (default: <reports>/compare_<A>_vs_<B>.md)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -38,6 +44,9 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-COMPARE = ExtraCommand(help="compare two campaigns (todo files, report folders or baseline.json): each figure,"
-                            " the difference, and whether it is outside both campaigns' noise",
-                       arguments=_arguments, run=_run)
+COMPARE = ExtraCommand(
+    help="compare two campaigns (todo files, report folders or baseline.json): each figure,"
+    " the difference, and whether it is outside both campaigns' noise",
+    arguments=_arguments,
+    run=_run,
+)

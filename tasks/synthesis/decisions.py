@@ -22,10 +22,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.errors import InputError
 
 RULES_PATH = Path(__file__).with_name("decision_rules.toml")
-_COMPARE = {ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Lt: operator.lt, ast.LtE: operator.le,
-            ast.Eq: operator.eq, ast.NotEq: operator.ne}
-_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-               ast.Div: operator.truediv, ast.Pow: operator.pow}
+_COMPARE = {
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
+_ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 _FUNCTIONS = {"min": min, "max": max, "abs": abs}
 DEFAULT_MIN_GAIN_PCT = 3.0
 
@@ -46,8 +57,9 @@ class _Evaluator:
     def text(self, node: ast.AST) -> str:
         segment = ast.get_source_segment(self.source, node) or ""
         used = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in _FUNCTIONS})
-        return segment + (" (" + ", ".join(f"{n} = {fmt_figure(self.figures.get(n))}" for n in used) + ")"
-                          if used else "")
+        return segment + (
+            " (" + ", ".join(f"{n} = {fmt_figure(self.figures.get(n))}" for n in used) + ")" if used else ""
+        )
 
     def run(self, node: ast.AST) -> Outcome:
         if isinstance(node, ast.BoolOp):
@@ -150,8 +162,11 @@ class ApplySpec(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
     tensor_parallel: int | str | None = None
     model: str | None = None
-    requires: str | None = Field(None, description="what a user must give for it to be applied (then"
-                                 " `experiments = 'auto'` leaves it out and says this)")
+    requires: str | None = Field(
+        None,
+        description="what a user must give for it to be applied (then"
+        " `experiments = 'auto'` leaves it out and says this)",
+    )
 
 
 class OptionSpec(_Strict):
@@ -162,9 +177,13 @@ class OptionSpec(_Strict):
     why: str
     compromises_precision: bool = False
     apply: ApplySpec | None = None
-    measured: dict[str, str] = Field(default_factory=dict, description=(
-        "after an experiment: each formula input -> an expression of the variant's figures (x_...)"
-        " and the campaign's; the record is re-evaluated with these in place of the assumptions"))
+    measured: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "after an experiment: each formula input -> an expression of the variant's figures (x_...)"
+            " and the campaign's; the record is re-evaluated with these in place of the assumptions"
+        ),
+    )
 
 
 class RulesFile(_Strict):
@@ -196,10 +215,17 @@ def load_rules(path: Path = RULES_PATH) -> Rules:
         raise InputError(rules_error(path, document, err)) from None
     ids = [option.id for option in parsed.option]
     if len(set(ids)) != len(ids):
-        raise InputError(f"{path}: an option id appears twice ({sorted(i for i in ids if ids.count(i) > 1)[0]});"
-                         " give each [[option]] its own id")
-    return Rules([option.model_dump() for option in parsed.option], parsed.assumptions, parsed.min_gain_pct,
-                 path, {option.id: option for option in parsed.option})
+        raise InputError(
+            f"{path}: an option id appears twice ({sorted(i for i in ids if ids.count(i) > 1)[0]});"
+            " give each [[option]] its own id"
+        )
+    return Rules(
+        [option.model_dump() for option in parsed.option],
+        parsed.assumptions,
+        parsed.min_gain_pct,
+        path,
+        {option.id: option for option in parsed.option},
+    )
 
 
 def rules_error(path: Path, document: dict[str, Any], err: ValidationError) -> str:
@@ -211,8 +237,11 @@ def rules_error(path: Path, document: dict[str, Any], err: ValidationError) -> s
         options = document.get("option") or []
         option_id = options[loc[1]].get("id", f"#{loc[1] + 1}") if loc[1] < len(options) else f"#{loc[1] + 1}"
         where = f"option '{option_id}' key '{'.'.join(str(p) for p in loc[2:]) or '(the table)'}'"
-    fix = ("unknown key: check its spelling against decision_rules.toml's header" if first["type"] == "extra_forbidden"
-           else "each [[option]] needs id, title, when, gain_ms, why")
+    fix = (
+        "unknown key: check its spelling against decision_rules.toml's header"
+        if first["type"] == "extra_forbidden"
+        else "each [[option]] needs id, title, when, gain_ms, why"
+    )
     return f"{path}: {where}: {first['msg']}; {fix}"
 
 
@@ -221,12 +250,21 @@ def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
     tpot = figures.get("tpot_ms")
     noise = figures.get("tpot_spread_pct")
     bar_pct = max(rules.min_gain_pct, noise or 0.0)
-    bar_what = (f"TPOT's measured spread ({noise:.1f}%)" if noise and noise > rules.min_gain_pct
-                else f"min_gain_pct ({rules.min_gain_pct:g}% of TPOT)")
+    bar_what = (
+        f"TPOT's measured spread ({noise:.1f}%)"
+        if noise and noise > rules.min_gain_pct
+        else f"min_gain_pct ({rules.min_gain_pct:g}% of TPOT)"
+    )
     record = []
     for spec in rules.options:
-        option = Option(spec["id"], spec["title"], spec["when"], spec["gain_ms"], spec["why"],
-                        bool(spec.get("compromises_precision")))
+        option = Option(
+            spec["id"],
+            spec["title"],
+            spec["when"],
+            spec["gain_ms"],
+            spec["why"],
+            bool(spec.get("compromises_precision")),
+        )
         try:
             applies = explain(spec["when"], figures)[0] if spec["when"].strip() else Outcome(True, "always")
             gain, names = explain(spec["gain_ms"], figures)
@@ -236,12 +274,16 @@ def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
         option.gain_ms = gain.value
         option.gain_pct = gain.value / tpot * 100 if gain.value is not None and tpot else None
         missing = [name for name, value in option.inputs.items() if value is None]
-        predicted = (f"predicted {fmt_ms(option.gain_ms)} ms ({option.gain_pct:+.1f}% of TPOT)"
-                     if option.gain_ms is not None and option.gain_pct is not None else "")
+        predicted = (
+            f"predicted {fmt_ms(option.gain_ms)} ms ({option.gain_pct:+.1f}% of TPOT)"
+            if option.gain_ms is not None and option.gain_pct is not None
+            else ""
+        )
         if option.compromises_precision:
             option.decision = "rejected"
-            option.reason = ("compromises precision; not adopted whatever it buys"
-                             + (f" ({predicted})" if predicted else ""))
+            option.reason = "compromises precision; not adopted whatever it buys" + (
+                f" ({predicted})" if predicted else ""
+            )
         elif applies.value is False:
             option.decision, option.reason = "not applicable", f"{applies.clause} is false"
         elif option.gain_ms is None:
@@ -249,9 +291,13 @@ def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
             option.reason = "not measured here: " + ", ".join(missing or ["a figure of its formula"])
         elif option.gain_pct is not None and option.gain_pct < bar_pct:
             option.decision = "not pursued"
-            option.reason = (f"{predicted}: below {bar_what}" if option.gain_ms > 0
-                             else f"{predicted}: no change" if option.gain_ms == 0
-                             else f"{predicted}: it would make TPOT worse")
+            option.reason = (
+                f"{predicted}: below {bar_what}"
+                if option.gain_ms > 0
+                else f"{predicted}: no change"
+                if option.gain_ms == 0
+                else f"{predicted}: it would make TPOT worse"
+            )
         elif applies.value is None:
             option.decision = "left to investigate"
             option.reason = f"{predicted}, but {applies.clause} is not known here"

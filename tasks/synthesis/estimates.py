@@ -55,8 +55,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["fits_half_tp"] = _fits_half_tp(figures)
     out.update(assumptions)
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
-    out["spec_expected_tokens"] = (expected_accepted(rate, int(k)) if k is not None and rate is not None
-                                   else None)
+    out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
     return out
 
 
@@ -79,20 +78,32 @@ def typical_ms(category: Any) -> float:
 def _collective_figures(figures: KeyFigures) -> dict[str, float | None]:
     """The waiting share of collectives: mean minus p50 a call, times calls, per rank."""
     if figures.breakdown is None or figures.rank0 is None:
-        return {"comm_typical_ms": None, "comm_wait_ms": None, "comm_wait_min_rank_ms": None,
-                "ar_calls": None, "ar_trace_p50_us": None}
+        return {
+            "comm_typical_ms": None,
+            "comm_wait_ms": None,
+            "comm_wait_min_rank_ms": None,
+            "ar_calls": None,
+            "ar_trace_p50_us": None,
+        }
     waits = []
     for rank in figures.breakdown.ranks:
         comm = rank.categories.get(Category.COMMUNICATION)
         waits.append(max(0.0, comm.ms_per_step - typical_ms(comm)) if comm and comm.calls_per_step else 0.0)
     comm = figures.rank0.categories.get(Category.COMMUNICATION)
-    reduce_ops = [k for k in figures.rank0.top_kernels if k.category == Category.COMMUNICATION and is_allreduce_time(k.name)]
+    reduce_ops = [
+        k for k in figures.rank0.top_kernels if k.category == Category.COMMUNICATION and is_allreduce_time(k.name)
+    ]
     calls = sum(v for k, v in figures.rank0.communication_by_name_per_step.items() if counts_as_allreduce(k))
     launches = sum(k.calls_per_step for k in reduce_ops if counts_as_allreduce(k.name))
     # A call's typical time: its launch and, for an async collective, its wait.
     p50 = sum(k.p50_us_per_call * k.calls_per_step for k in reduce_ops) / launches if reduce_ops and launches else None
-    return {"comm_typical_ms": typical_ms(comm) if comm else 0.0, "comm_wait_ms": waits[0],
-            "comm_wait_min_rank_ms": min(waits), "ar_calls": calls, "ar_trace_p50_us": p50}
+    return {
+        "comm_typical_ms": typical_ms(comm) if comm else 0.0,
+        "comm_wait_ms": waits[0],
+        "comm_wait_min_rank_ms": min(waits),
+        "ar_calls": calls,
+        "ar_trace_p50_us": p50,
+    }
 
 
 def _allreduce_figures(figures: KeyFigures) -> dict[str, float | None]:
@@ -113,8 +124,12 @@ def _allreduce_figures(figures: KeyFigures) -> dict[str, float | None]:
         # Dispatch sends each token's hidden state to the ranks of its top-k experts: estimated
         # as an all-reduce of that many bytes (the closest measured size at or above it).
         a2a = latency_at(allreduce, tokens * top_k * shapes.hidden_size * 2)
-    return {"ar_micro_us": prediction.latency_us, "ar_best_us": min(alternatives.values(), default=None),
-            "ar_alternatives": float(len(alternatives) - 1) if alternatives else 0.0, "a2a_estimate_us": a2a}
+    return {
+        "ar_micro_us": prediction.latency_us,
+        "ar_best_us": min(alternatives.values(), default=None),
+        "ar_alternatives": float(len(alternatives) - 1) if alternatives else 0.0,
+        "a2a_estimate_us": a2a,
+    }
 
 
 def latency_by_implementation(allreduce: AllreduceResult, size: int) -> dict[str, float]:
@@ -123,8 +138,11 @@ def latency_by_implementation(allreduce: AllreduceResult, size: int) -> dict[str
     for run in allreduce.runs:
         if run.error:
             continue
-        label = ("NCCL " + "/".join(filter(None, (run.nccl_algo, run.nccl_proto)))
-                 if run.nccl_algo or run.nccl_proto else run.backend or "default")
+        label = (
+            "NCCL " + "/".join(filter(None, (run.nccl_algo, run.nccl_proto)))
+            if run.nccl_algo or run.nccl_proto
+            else run.backend or "default"
+        )
         for rows, name in ((run.rows, label), (run.vllm_shm_rows or [], "vLLM shared-memory")):
             row = next((r for r in rows if r.bytes == size), None)
             if row is not None:
@@ -135,8 +153,14 @@ def latency_by_implementation(allreduce: AllreduceResult, size: int) -> dict[str
 def latency_at(allreduce: AllreduceResult, size: int) -> float | None:
     """The server's implementation's µs at the smallest measured size >= ``size`` (else the largest)."""
     shm = "shm" in allreduce.predicted_by
-    rows = next(((run.vllm_shm_rows if shm else run.rows) for run in allreduce.runs
-                 if not run.error and (run.vllm_shm_rows if shm else run.rows)), [])
+    rows = next(
+        (
+            (run.vllm_shm_rows if shm else run.rows)
+            for run in allreduce.runs
+            if not run.error and (run.vllm_shm_rows if shm else run.rows)
+        ),
+        [],
+    )
     ordered = sorted(rows, key=lambda r: r.bytes)
     if not ordered:
         return None
@@ -154,15 +178,22 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
     as_int4 = predict_gemm_as_w4a16(shapes, gemm, tokens or 1)
     # vLLM keeps the lm_head in bf16 unless the checkpoint quantizes it: it saves nothing.
     quantized = shapes.model_copy(update={"layers": [layer for layer in shapes.layers if layer.name != "lm_head"]})
-    now, as_int4 = (predict_gemm(quantized, gemm, tokens or 1, experts=False),
-                    predict_gemm_as_w4a16(quantized, gemm, tokens or 1))
-    delta = (now.ms_per_step - as_int4.ms_per_step if now and as_int4 and not as_int4.missing else None)
+    now, as_int4 = (
+        predict_gemm(quantized, gemm, tokens or 1, experts=False),
+        predict_gemm_as_w4a16(quantized, gemm, tokens or 1),
+    )
+    delta = now.ms_per_step - as_int4.ms_per_step if now and as_int4 and not as_int4.missing else None
     k = int(assumptions.get("spec_tokens", 3))
     at_now, wider = dense_gemm_ms_at(shapes, gemm, tokens or 1), dense_gemm_ms_at(shapes, gemm, (tokens or 1) * (k + 1))
     verify = wider - at_now if wider is not None and at_now is not None else None
-    floor = weight_bytes_per_step(shapes, tokens or 1) / (gemm.copy_ceiling_gbps * 1e6) if gemm.copy_ceiling_gbps else None
-    return {"w4a16_gemm_delta_ms": 0.0 if shapes.weight_dtype != "bf16" else delta,
-            "spec_verify_extra_ms": verify, "weight_floor_ms": floor}
+    floor = (
+        weight_bytes_per_step(shapes, tokens or 1) / (gemm.copy_ceiling_gbps * 1e6) if gemm.copy_ceiling_gbps else None
+    )
+    return {
+        "w4a16_gemm_delta_ms": 0.0 if shapes.weight_dtype != "bf16" else delta,
+        "spec_verify_extra_ms": verify,
+        "weight_floor_ms": floor,
+    }
 
 
 def kv_read_ms(figures: KeyFigures) -> float | None:
@@ -230,8 +261,12 @@ def _fits_half_tp(figures: KeyFigures) -> float | None:
     host = figures.host
     if not (shapes and host and host.accelerator == "cuda" and host.gpus) or figures.tp < 2:
         return None
-    memory_mib = [float(part.split()[0]) for gpu in host.gpus for part in gpu.split(",")[2:3]
-                  if part.strip().split()[0].replace(".", "").isdigit()]
+    memory_mib = [
+        float(part.split()[0])
+        for gpu in host.gpus
+        for part in gpu.split(",")[2:3]
+        if part.strip().split()[0].replace(".", "").isdigit()
+    ]
     if not memory_mib:
         return None
     per_rank_now = weight_bytes_per_step(shapes, 1e9)  # every expert: what the rank holds

@@ -80,8 +80,11 @@ def _key_figures(findings: Findings) -> KeyFigures:
     breakdown = findings.result(ANALYSIS_BREAKDOWN)
     single = findings.result(MACRO_SINGLE)
     sweep = findings.result(MACRO_SWEEP)
-    tpot = {level.concurrency: level.tpot_ms.mean for level in (sweep.levels if sweep else [])
-            if level.tpot_ms.mean is not None}
+    tpot = {
+        level.concurrency: level.tpot_ms.mean
+        for level in (sweep.levels if sweep else [])
+        if level.tpot_ms.mean is not None
+    }
     if single and single.single_stream.tpot_ms.mean is not None:
         tpot[1] = single.single_stream.tpot_ms.mean  # the single-stream run is the c=1 reference
     model = findings.result(MODEL_FACTS)

@@ -47,21 +47,37 @@ def fold(figures: KeyFigures) -> tuple[list[LayerPosition], int] | None:
     per_layer = len(logical) // layers
     if not per_layer:
         return None
-    dense = [layer for layer in shapes.layers
-             if layer.kind == "dense" and layer.count_per_layer == 1.0 and layer.name != "lm_head"]
-    labels = [layer.name for layer in dense] if len(dense) == per_layer else [
-        f"GEMM #{j + 1} of a layer" for j in range(per_layer)]
+    dense = [
+        layer
+        for layer in shapes.layers
+        if layer.kind == "dense" and layer.count_per_layer == 1.0 and layer.name != "lm_head"
+    ]
+    labels = (
+        [layer.name for layer in dense]
+        if len(dense) == per_layer
+        else [f"GEMM #{j + 1} of a layer" for j in range(per_layer)]
+    )
     micro, cold = _micro_us(figures), _micro_us(figures, cold=True)
     positions = []
     for j in range(per_layer):
         group = [logical[layer * per_layer + j] for layer in range(layers)]
         names = Counter(" + ".join(_short(n) for n in names) for names, _ in group).most_common(1)[0][0]
-        positions.append(LayerPosition(labels[j], names, sum(us for _, us in group) / layers,
-                                       micro.get(labels[j]), cold.get(labels[j])))
-    for names, us in logical[layers * per_layer:]:
+        positions.append(
+            LayerPosition(
+                labels[j], names, sum(us for _, us in group) / layers, micro.get(labels[j]), cold.get(labels[j])
+            )
+        )
+    for names, us in logical[layers * per_layer :]:
         last = len(logical) - layers * per_layer == 1  # one GEMM after the layers: the lm_head
-        positions.append(LayerPosition("after the layers", " + ".join(_short(n) for n in names), us,
-                                       micro.get("lm_head") if last else None, cold.get("lm_head") if last else None))
+        positions.append(
+            LayerPosition(
+                "after the layers",
+                " + ".join(_short(n) for n in names),
+                us,
+                micro.get("lm_head") if last else None,
+                cold.get("lm_head") if last else None,
+            )
+        )
     return positions, layers
 
 
@@ -89,12 +105,31 @@ def per_layer_section(figures: KeyFigures) -> str:
         return ""
     positions, layers = folded
     with_cold = any(p.micro_cold_us is not None for p in positions)
-    rows = [[p.label, p.kernels, fmt(p.traced_us, 1), fmt(p.micro_us, 1),
-             *([fmt(p.micro_cold_us, 1)] if with_cold else []),
-             fmt(p.micro_us / p.traced_us) if p.micro_us and p.traced_us else "-"] for p in positions]
-    return ("### GEMM kernels per layer type (rank 0, decode)\n\n"
-            f"A decode step's GEMM launches in order, folded over the model's {layers} layers (µs: the"
-            " mean over layers and steps; a split-K reduce joins its GEMM). Micro: the GEMM phase's"
-            " figure for that layer at the step's batch.\n\n"
-            + md_table(["layer", "kernel(s) (trace)", "trace µs", "micro µs",
-                        *(["micro µs, caches flushed"] if with_cold else []), "micro/trace"], rows))
+    rows = [
+        [
+            p.label,
+            p.kernels,
+            fmt(p.traced_us, 1),
+            fmt(p.micro_us, 1),
+            *([fmt(p.micro_cold_us, 1)] if with_cold else []),
+            fmt(p.micro_us / p.traced_us) if p.micro_us and p.traced_us else "-",
+        ]
+        for p in positions
+    ]
+    return (
+        "### GEMM kernels per layer type (rank 0, decode)\n\n"
+        f"A decode step's GEMM launches in order, folded over the model's {layers} layers (µs: the"
+        " mean over layers and steps; a split-K reduce joins its GEMM). Micro: the GEMM phase's"
+        " figure for that layer at the step's batch.\n\n"
+        + md_table(
+            [
+                "layer",
+                "kernel(s) (trace)",
+                "trace µs",
+                "micro µs",
+                *(["micro µs, caches flushed"] if with_cold else []),
+                "micro/trace",
+            ],
+            rows,
+        )
+    )

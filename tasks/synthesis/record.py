@@ -44,39 +44,61 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
     from tasks.experiments.section import ledger_history
 
     values = rule_figures(figures, rules.assumptions)
-    rows = [[str(o.rank) if o.rank else "-", o.title, fmt_ms(o.gain_ms),
-             "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
-             f"`{o.gain_formula}` with " + ", ".join(f"{k} = {fmt_figure(v)}" for k, v in o.inputs.items()),
-             f"**{o.decision}**: {o.reason}"] for o in record]
+    rows = [
+        [
+            str(o.rank) if o.rank else "-",
+            o.title,
+            fmt_ms(o.gain_ms),
+            "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
+            f"`{o.gain_formula}` with " + ", ".join(f"{k} = {fmt_figure(v)}" for k, v in o.inputs.items()),
+            f"**{o.decision}**: {o.reason}",
+        ]
+        for o in record
+    ]
     assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items())
     tpot = values.get("tpot_ms")
-    return ("## Decision record\n\n"
-            f"Rules: `{rules.path.name}` (`when` decides whether an option applies, `gain_ms` predicts the TPOT"
-            f" it saves from this campaign's figures). Predictions are against TPOT {fmt(tpot, 3)} ms"
-            f" (c={figures.capture_concurrency}, no profiler); a positive change is faster. Assumptions, stated"
-            f" and editable in the rules file: {assumed}. Options that compromise precision are rejected"
-            " whatever they buy; the gain is still shown.\n\n"
-            + md_table(["rank", "option", "predicted ΔTPOT ms", "% of TPOT", "formula and inputs", "decision"],
-                       rows)
-            + "\nWhy each option could help, what its prediction rests on (each stated assumption at half and"
-            " double its value) and how it fared before:\n\n"
-            + "\n".join(f"- {o.title}: {o.why}" + "".join(f"; {line}" for line in sensitivity(figures, rules, o))
-                        + (f"; {h}" if (h := ledger_history(findings, o.id)) else "") for o in record) + "\n")
+    return (
+        "## Decision record\n\n"
+        f"Rules: `{rules.path.name}` (`when` decides whether an option applies, `gain_ms` predicts the TPOT"
+        f" it saves from this campaign's figures). Predictions are against TPOT {fmt(tpot, 3)} ms"
+        f" (c={figures.capture_concurrency}, no profiler); a positive change is faster. Assumptions, stated"
+        f" and editable in the rules file: {assumed}. Options that compromise precision are rejected"
+        " whatever they buy; the gain is still shown.\n\n"
+        + md_table(["rank", "option", "predicted ΔTPOT ms", "% of TPOT", "formula and inputs", "decision"], rows)
+        + "\nWhy each option could help, what its prediction rests on (each stated assumption at half and"
+        " double its value) and how it fared before:\n\n"
+        + "\n".join(
+            f"- {o.title}: {o.why}"
+            + "".join(f"; {line}" for line in sensitivity(figures, rules, o))
+            + (f"; {h}" if (h := ledger_history(findings, o.id)) else "")
+            for o in record
+        )
+        + "\n"
+    )
 
 
 def baseline_section(figures: KeyFigures, findings: Findings, record: list[Option]) -> str:
     """Gives baseline.json (this campaign's figures with their noise, and the decision record's
     predictions) and, with `campaign.baseline` set, compares this campaign against that one."""
     campaign = findings.session.config.campaign
-    mine = snapshot(figures, findings.state.campaign, str(findings.session.state_path.absolute()),
-                    {o.id: o.gain_ms for o in record}, campaign.applied_option)
+    mine = snapshot(
+        figures,
+        findings.state.campaign,
+        str(findings.session.state_path.absolute()),
+        {o.id: o.gain_ms for o in record},
+        campaign.applied_option,
+    )
     findings.attach("baseline.json", mine.model_dump_json(indent=1).encode())
-    text = ("## Baseline\n\nThis campaign's figures with their noise, for a later campaign to compare against:"
-            " [baseline.json](baseline.json) (`orchestrate compare A B` takes it, or the todo file).\n")
+    text = (
+        "## Baseline\n\nThis campaign's figures with their noise, for a later campaign to compare against:"
+        " [baseline.json](baseline.json) (`orchestrate compare A B` takes it, or the todo file).\n"
+    )
     if campaign.baseline:
         other = load_snapshot(Path(campaign.baseline))
-        text += (f"\n## Versus baseline\n\nA = `{other.campaign}` ({other.source}), B = this campaign.\n\n"
-                 + comparison_table(other, mine))
+        text += (
+            f"\n## Versus baseline\n\nA = `{other.campaign}` ({other.source}), B = this campaign.\n\n"
+            + comparison_table(other, mine)
+        )
     return text
 
 
@@ -96,13 +118,18 @@ def configuration_section(findings: Findings) -> str:
             reason = stale_reason(todo, spec, findings.state)
             if reason:
                 stale.append([todo.id, reason])
-    text = ("## How to reproduce\n\n```\n./dev orchestrate resume            # this campaign, from its todo file\n"
-            "./dev orchestrate reset TASK        # redo one task and what depends on it\n"
-            "./dev orchestrate report            # regenerate this document\n```\n\n"
-            f"Campaign `{findings.state.campaign}`. The configuration the results came from, as each todo"
-            " recorded its inputs (environment values as digests):\n\n```json\n"
-            + json.dumps(recorded, indent=1, sort_keys=True) + "\n```\n")
+    text = (
+        "## How to reproduce\n\n```\n./dev orchestrate resume            # this campaign, from its todo file\n"
+        "./dev orchestrate reset TASK        # redo one task and what depends on it\n"
+        "./dev orchestrate report            # regenerate this document\n```\n\n"
+        f"Campaign `{findings.state.campaign}`. The configuration the results came from, as each todo"
+        " recorded its inputs (environment values as digests):\n\n```json\n"
+        + json.dumps(recorded, indent=1, sort_keys=True)
+        + "\n```\n"
+    )
     if stale:
-        text += ("\n**Stale results**: the config changed since these ran; `orchestrate resume` runs them"
-                 " again with their dependents:\n\n" + md_table(["todo", "why"], stale))
+        text += (
+            "\n**Stale results**: the config changed since these ran; `orchestrate resume` runs them"
+            " again with their dependents:\n\n" + md_table(["todo", "why"], stale)
+        )
     return text

@@ -19,23 +19,34 @@ def setup_section(findings: Findings) -> str:
     if host and host.nodes:
         tp = cfg.service.tensor_parallel
         per_node = tp // len(host.nodes)
-        rows = [[f"node {n.index}" + (" (head)" if n.index == 0 else ""),
-                 f"{n.name} ({n.hostname}): ranks {n.index * per_node}-{(n.index + 1) * per_node - 1},"
-                 f" {n.cpu_count} cores, {n.gpu_count} GPUs, python {n.python} / torch {n.torch} / {n.vllm}"]
-                for n in host.nodes]
+        rows = [
+            [
+                f"node {n.index}" + (" (head)" if n.index == 0 else ""),
+                f"{n.name} ({n.hostname}): ranks {n.index * per_node}-{(n.index + 1) * per_node - 1},"
+                f" {n.cpu_count} cores, {n.gpu_count} GPUs, python {n.python} / torch {n.torch} / {n.vllm}",
+            ]
+            for n in host.nodes
+        ]
     else:
         rows = [["host", f"{cfg.host.kind} ({cfg.host.alias or cfg.host.hostname or 'this machine'})"]]
     if host:
         accelerators = "; ".join(host.gpus) if host.gpus else "none (CPU)"
-        rows += [["kernel", host.uname],
-                 ["accelerators", f"{accelerators} (accelerator: {host.accelerator}, from {host.accelerator_source})"],
-                 ["CPU cores", str(host.cpu_count)],
-                 ["python / torch / vLLM", f"{host.python} / {host.torch} / {host.vllm}"]]
+        rows += [
+            ["kernel", host.uname],
+            ["accelerators", f"{accelerators} (accelerator: {host.accelerator}, from {host.accelerator_source})"],
+            ["CPU cores", str(host.cpu_count)],
+            ["python / torch / vLLM", f"{host.python} / {host.torch} / {host.vllm}"],
+        ]
     if model:
         quant = model.weight_dtype + (f", group {model.group_size}" if model.group_size else "")
-        rows.append(["model", f"{model.model} ({model.model_type or '?'}"
-                              f"{', generated tiny random-weight model' if model.generated else ''};"
-                              f" weights declared {quant})"])
+        rows.append(
+            [
+                "model",
+                f"{model.model} ({model.model_type or '?'}"
+                f"{', generated tiny random-weight model' if model.generated else ''};"
+                f" weights declared {quant})",
+            ]
+        )
     rows.append(["tensor parallel", str(cfg.service.tensor_parallel)])
     if ready:
         rows.append(["server ready after", f"{fmt(ready.ready_s)} s" + (" (adopted)" if ready.adopted else "")])
@@ -44,8 +55,10 @@ def setup_section(findings: Findings) -> str:
         text += f"\nInterconnect (`nvidia-smi topo -m`):\n\n```\n{host.topology}\n```\n"
     if host and host.cpu:
         text += f"\nCPU (`lscpu`):\n\n```\n{host.cpu}\n```\n"
-    sources = [findings.link(host.artifact, "host facts") if host else "",
-               findings.link(model.config_artifact, "config.json") if model else ""]
+    sources = [
+        findings.link(host.artifact, "host facts") if host else "",
+        findings.link(model.config_artifact, "config.json") if model else "",
+    ]
     text += "\nSources: " + ", ".join(s for s in sources if s)
     if ready and ready.log:
         text += f", server log on the host: `{ready.log}`"

@@ -44,16 +44,18 @@ class Snapshot(BaseModel):
     applied_option: str | None = None
 
 
-def snapshot(figures: KeyFigures, campaign: str, source: str, predictions: dict[str, float | None],
-             applied: str | None) -> Snapshot:
+def snapshot(
+    figures: KeyFigures, campaign: str, source: str, predictions: dict[str, float | None], applied: str | None
+) -> Snapshot:
     metrics: dict[str, Measured] = {}
     levels = [("single stream", figures.single.single_stream)] if figures.single else []
     levels += [(f"c={level.concurrency}", level) for level in (figures.sweep.levels if figures.sweep else [])]
     for label, level in levels:
         metrics[f"{label} TPOT mean"] = _serving(level, "tpot_ms_mean", level.tpot_ms.mean, "ms")
         metrics[f"{label} TTFT mean"] = _serving(level, "ttft_ms_mean", level.ttft_ms.mean, "ms")
-        metrics[f"{label} output tok/s"] = _serving(level, "output_throughput_tok_per_s",
-                                                   level.output_throughput_tok_per_s, "tok/s")
+        metrics[f"{label} output tok/s"] = _serving(
+            level, "output_throughput_tok_per_s", level.output_throughput_tok_per_s, "tok/s"
+        )
     rank0 = figures.rank0
     if rank0:
         how = "mean over the trace's decode steps ± 95% interval"
@@ -62,16 +64,22 @@ def snapshot(figures: KeyFigures, campaign: str, source: str, predictions: dict[
         for name, category in rank0.categories.items():
             if category.calls_per_step:
                 metrics[f"decode {name} (rank 0)"] = _trace(category.ms_per_step, category.ms_per_step_ci95, how)
-    return Snapshot(campaign=campaign, source=source, metrics=metrics, predictions_ms=predictions,
-                    applied_option=applied)
+    return Snapshot(
+        campaign=campaign, source=source, metrics=metrics, predictions_ms=predictions, applied_option=applied
+    )
 
 
 def _serving(level: LevelSummary, attribute: str, pooled: float | None, unit: str) -> Measured:
     spread: Spread | None = getattr(level.noise, attribute) if level.noise else None
     if spread is None or spread.runs < 2:
         return Measured(value=pooled, unit=unit, noise="one run: no interval")
-    return Measured(value=spread.median, low=spread.low, high=spread.high, unit=unit,
-                    noise=f"median of {spread.runs} runs' means, min-max")
+    return Measured(
+        value=spread.median,
+        low=spread.low,
+        high=spread.high,
+        unit=unit,
+        noise=f"median of {spread.runs} runs' means, min-max",
+    )
 
 
 def _trace(value: float, ci95: float | None, how: str) -> Measured:
@@ -85,8 +93,10 @@ def load_snapshot(path: Path) -> Snapshot:
     candidates = [path / "baseline.json", path / "todo.json", path / "state" / "todo.json"] if path.is_dir() else [path]
     found = next((c for c in candidates if c.is_file()), None)
     if found is None:
-        raise InputError(f"{path}: no todo.json or baseline.json there; name a campaign's state/todo.json"
-                         " or its reports/<campaign> folder")
+        raise InputError(
+            f"{path}: no todo.json or baseline.json there; name a campaign's state/todo.json"
+            " or its reports/<campaign> folder"
+        )
     try:
         document = json.loads(found.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -96,16 +106,20 @@ def load_snapshot(path: Path) -> Snapshot:
     try:
         return Snapshot.model_validate(document)
     except ValidationError as err:
-        raise InputError(f"{found}: not a baseline.json of this version ({err.errors()[0]['msg']});"
-                         " regenerate it with `orchestrate report`, or name the campaign's todo.json") from None
+        raise InputError(
+            f"{found}: not a baseline.json of this version ({err.errors()[0]['msg']});"
+            " regenerate it with `orchestrate report`, or name the campaign's todo.json"
+        ) from None
 
 
 def _require(path: Path, findings: Findings, ref: TaskRef[Any], why: str) -> None:
     todo = findings.state.by_id().get(ref.id)
     if findings.result(ref) is None:
         status = todo.status.value if todo else "not in the file"
-        raise InputError(f"{path}: todo '{ref.id}' has no completed result ({status}): {why}; run"
-                         " `orchestrate resume` on that campaign first, or compare its report's baseline.json")
+        raise InputError(
+            f"{path}: todo '{ref.id}' has no completed result ({status}): {why}; run"
+            " `orchestrate resume` on that campaign first, or compare its report's baseline.json"
+        )
 
 
 def snapshot_of_state(path: Path) -> Snapshot:
@@ -117,8 +131,10 @@ def snapshot_of_state(path: Path) -> Snapshot:
     _require(path, findings, MODEL_FACTS, "what was measured (the model, its TP) is not known")
     figures = key_figures(findings)
     if not (figures.single or figures.sweep or figures.rank0):
-        raise InputError(f"{path}: no serving benchmark or trace analysis has completed, so there is nothing"
-                         " to compare; `orchestrate resume` that campaign first")
+        raise InputError(
+            f"{path}: no serving benchmark or trace analysis has completed, so there is nothing"
+            " to compare; `orchestrate resume` that campaign first"
+        )
     rules = load_rules()
     predictions = {o.id: o.gain_ms for o in decide(rule_figures(figures, rules.assumptions), rules)}
     return snapshot(figures, state.campaign, str(path), predictions, None)
@@ -145,18 +161,29 @@ def comparison_table(a: Snapshot, b: Snapshot) -> str:
             continue
         delta = mb.value - ma.value if ma.value is not None and mb.value is not None else None
         pct = delta / ma.value * 100 if delta is not None and ma.value else None
-        rows.append([name, _cell(ma), _cell(mb), "n/a" if delta is None else f"{delta:+.4g} {ma.unit}",
-                     "n/a" if pct is None else f"{pct:+.1f}%", verdict(ma, mb)])
+        rows.append(
+            [
+                name,
+                _cell(ma),
+                _cell(mb),
+                "n/a" if delta is None else f"{delta:+.4g} {ma.unit}",
+                "n/a" if pct is None else f"{pct:+.1f}%",
+                verdict(ma, mb),
+            ]
+        )
     text = md_table(["figure", f"A: {a.campaign}", f"B: {b.campaign}", "B - A", "%", "noise verdict"], rows)
     applied = b.applied_option
     if applied:
         predicted = a.predictions_ms.get(applied)
         tpot_a, tpot_b = a.metrics.get("single stream TPOT mean"), b.metrics.get("single stream TPOT mean")
-        realised = (tpot_a.value - tpot_b.value if tpot_a and tpot_b and None not in (tpot_a.value, tpot_b.value)
-                    else None)
-        text += (f"\nB applied option `{applied}`: A's decision record predicted"
-                 f" {'n/a' if predicted is None else f'{predicted:+.3f}'} ms of TPOT; realised"
-                 f" {'n/a' if realised is None else f'{realised:+.3f}'} ms (single-stream TPOT, A - B).\n")
+        realised = (
+            tpot_a.value - tpot_b.value if tpot_a and tpot_b and None not in (tpot_a.value, tpot_b.value) else None
+        )
+        text += (
+            f"\nB applied option `{applied}`: A's decision record predicted"
+            f" {'n/a' if predicted is None else f'{predicted:+.3f}'} ms of TPOT; realised"
+            f" {'n/a' if realised is None else f'{realised:+.3f}'} ms (single-stream TPOT, A - B).\n"
+        )
     return text
 
 
@@ -169,9 +196,11 @@ def _cell(m: Measured | None) -> str:
 
 
 def comparison_document(a: Snapshot, b: Snapshot) -> str:
-    return (f"# Comparison: `{a.campaign}` (A) vs `{b.campaign}` (B)\n\nA: `{a.source}`\n\nB: `{b.source}`\n\n"
-            "Serving figures: the median of each level's runs with their min-max; decode-step figures: the mean"
-            " over the trace's steps ± its 95% interval. A difference is outside the noise when each campaign's"
-            " figure lies outside the other's interval and the difference is wider than either interval. The intervals are each campaign's own noise (runs minutes"
-            " apart, steps of one capture); a host that drifted between the campaigns (other load, clocks,"
-            " thermals) is not in them.\n\n" + comparison_table(a, b))
+    return (
+        f"# Comparison: `{a.campaign}` (A) vs `{b.campaign}` (B)\n\nA: `{a.source}`\n\nB: `{b.source}`\n\n"
+        "Serving figures: the median of each level's runs with their min-max; decode-step figures: the mean"
+        " over the trace's steps ± its 95% interval. A difference is outside the noise when each campaign's"
+        " figure lies outside the other's interval and the difference is wider than either interval. The intervals are each campaign's own noise (runs minutes"
+        " apart, steps of one capture); a host that drifted between the campaigns (other load, clocks,"
+        " thermals) is not in them.\n\n" + comparison_table(a, b)
+    )

@@ -49,13 +49,21 @@ def main():
     dtype = getattr(torch, args.dtype)
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = time_sizes(dist.all_reduce, sizes, dtype, device, world, args, f"{backend} all-reduce")
-    document = {"backend": backend, "world_size": world, "dtype": args.dtype,
-                "iterations": args.iterations, "repeats": args.repeats,
-                "nccl_algo": os.environ.get("NCCL_ALGO"), "nccl_proto": os.environ.get("NCCL_PROTO"),
-                # The communication settings these timings were made under, as the ranks saw them.
-                "collective_env": {key: value for key, value in sorted(os.environ.items())
-                                   if key.startswith(COLLECTIVE_ENV_PREFIXES)},
-                "torch": torch.__version__, "rows": rows}
+    document = {
+        "backend": backend,
+        "world_size": world,
+        "dtype": args.dtype,
+        "iterations": args.iterations,
+        "repeats": args.repeats,
+        "nccl_algo": os.environ.get("NCCL_ALGO"),
+        "nccl_proto": os.environ.get("NCCL_PROTO"),
+        # The communication settings these timings were made under, as the ranks saw them.
+        "collective_env": {
+            key: value for key, value in sorted(os.environ.items()) if key.startswith(COLLECTIVE_ENV_PREFIXES)
+        },
+        "torch": torch.__version__,
+        "rows": rows,
+    }
     if use_cuda and world == 1:
         # Seen on an H200 (torch 2.11): at one rank the all-reduce launches nothing, the captured
         # graph is empty ("The CUDA Graph is empty") and a replay "took" 0.3 µs: no figure.
@@ -65,8 +73,9 @@ def main():
         # so no launch overhead is in the server's per-call time. Timed beside the eager loop.
         try:
             check_graph_sums(dist.all_reduce, dtype, rank, world)
-            document["graph_rows"] = time_sizes(dist.all_reduce, sizes, dtype, device, world, args,
-                                                f"{backend} all-reduce in a CUDA graph", graph=True)
+            document["graph_rows"] = time_sizes(
+                dist.all_reduce, sizes, dtype, device, world, args, f"{backend} all-reduce in a CUDA graph", graph=True
+            )
         except Exception as err:  # noqa: BLE001 - capture can fail on a build or setting; say why
             document["graph_unavailable"] = f"{type(err).__name__}: {str(err)[:200]}"
     else:
@@ -74,8 +83,9 @@ def main():
         if shm_all_reduce is None:
             document["vllm_shm_unavailable"] = why_not
         else:
-            document["vllm_shm_rows"] = time_sizes(shm_all_reduce, sizes, dtype, device, world, args,
-                                                   "vLLM shm all-reduce")
+            document["vllm_shm_rows"] = time_sizes(
+                shm_all_reduce, sizes, dtype, device, world, args, "vLLM shm all-reduce"
+            )
     if rank == 0:
         print(json.dumps(document))
     dist.destroy_process_group()
@@ -146,10 +156,17 @@ def time_sizes(all_reduce, sizes, dtype, device, world, args, label, graph=False
         seconds = slowest[0]
         nbytes = numel * element
         algbw = nbytes / seconds / 1e9
-        rows.append({"bytes": nbytes, "latency_us": seconds * 1e6, "algbw_gbps": algbw,
-                     "busbw_gbps": algbw * 2 * (world - 1) / world,
-                     "per_rank_latency_us": [float(g[0].item()) * 1e6 for g in gathered],
-                     "repeats": len(samples), "spread_pct": (slowest[2] - slowest[1]) / seconds * 100})
+        rows.append(
+            {
+                "bytes": nbytes,
+                "latency_us": seconds * 1e6,
+                "algbw_gbps": algbw,
+                "busbw_gbps": algbw * 2 * (world - 1) / world,
+                "per_rank_latency_us": [float(g[0].item()) * 1e6 for g in gathered],
+                "repeats": len(samples),
+                "spread_pct": (slowest[2] - slowest[1]) / seconds * 100,
+            }
+        )
         if report is not None:
             report(label, len(rows), len(sizes), "sizes", f"{nbytes:,} B: {seconds * 1e6:,.1f} µs")
     return rows
@@ -175,9 +192,11 @@ def calls_of(all_reduce, tensor, iterations, graph):
     """One timed repeat: ``iterations`` back-to-back all-reduces, launched one by one, or captured
     once in a CUDA graph (after the eager warm-up, so the communicator exists) and replayed."""
     if not graph:
+
         def eager():
             for _ in range(iterations):
                 all_reduce(tensor)
+
         return eager
     captured = torch.cuda.CUDAGraph()
     with torch.cuda.graph(captured):

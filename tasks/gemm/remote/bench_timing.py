@@ -16,6 +16,7 @@ import torch
 
 def timer(device):
     if device == "cuda":
+
         def measure(fn, calls):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -25,11 +26,13 @@ def timer(device):
             end.synchronize()
             return start.elapsed_time(end) / 1000 / calls
     else:
+
         def measure(fn, calls):
             started = time.perf_counter()
             for _ in range(calls):
                 fn()
             return (time.perf_counter() - started) / calls
+
     return measure
 
 
@@ -125,11 +128,14 @@ def time_rotations(calls, device, repeats, do_bench=False):
         row["eager_us"] = median_seconds(call, device, repeats, batch) * 1e6
         row["do_bench_us"] = triton.testing.do_bench(call, warmup=25, rep=200, return_mode="median") * 1e3
         if row["timing"].startswith("CUDA events around CUDA graph"):
+
             def graph_call():
                 for fn in calls:
                     fn()
-            row["do_bench_cudagraph_us"] = triton.testing.do_bench_cudagraph(
-                graph_call, rep=200, return_mode="median") * 1e3 / copies
+
+            row["do_bench_cudagraph_us"] = (
+                triton.testing.do_bench_cudagraph(graph_call, rep=200, return_mode="median") * 1e3 / copies
+            )
     return seconds, row
 
 

@@ -58,6 +58,7 @@ def triton_experts(experts, k, n, device):
 
     def run(x, weights, ids):
         return fused_experts(x, w13, w2, weights, ids)
+
     return run, w13, w2, "vLLM fused_experts (Triton fused_moe_kernel, bf16)"
 
 
@@ -65,6 +66,7 @@ def marlin_experts(experts, k, n, group_size, device, needed):
     """int4 experts in vLLM's Marlin-MoE layout; reference (dequantized) weights kept only for the
     experts in ``needed`` (the checked routing)."""
     import vllm._custom_ops as ops
+
     try:  # vLLM 0.26 keeps it under experts/, earlier releases one level up
         from vllm.model_executor.layers.fused_moe.experts.marlin_moe import fused_marlin_moe
     except ImportError:
@@ -77,13 +79,16 @@ def marlin_experts(experts, k, n, group_size, device, needed):
     distinct = {}  # a few distinct quantized experts, cloned for the rest (see DISTINCT_EXPERTS)
     for e in range(min(DISTINCT_EXPERTS, experts)):
         pair = []
-        for weight in (torch.randn(2 * n, k, dtype=torch.bfloat16, device=device) * 0.02,
-                       torch.randn(k, n, dtype=torch.bfloat16, device=device) * 0.02):
+        for weight in (
+            torch.randn(2 * n, k, dtype=torch.bfloat16, device=device) * 0.02,
+            torch.randn(k, n, dtype=torch.bfloat16, device=device) * 0.02,
+        ):
             pair.append(marlin_pack(weight, group_size))
         distinct[e] = pair
     source = [distinct[e % len(distinct)] for e in range(experts)]
-    q13, s13, q2, s2 = (torch.stack([pair[which][part].clone() for pair in source])
-                        for which, part in ((0, 0), (0, 1), (1, 0), (1, 1)))
+    q13, s13, q2, s2 = (
+        torch.stack([pair[which][part].clone() for pair in source]) for which, part in ((0, 0), (0, 1), (1, 0), (1, 1))
+    )
     ref13 = {e: source[e][0][2] for e in needed}
     ref2 = {e: source[e][1][2] for e in needed}
     workspace = marlin_make_workspace_new(torch.device(device), 4)
@@ -93,8 +98,10 @@ def marlin_experts(experts, k, n, group_size, device, needed):
         return output
 
     def run(x, weights, ids):
-        return fused_marlin_moe(x, q13, q2, None, None, s13, s2, weights, ids, quant_type_id=uint4.id,
-                                workspace=workspace, moe_sum=moe_sum)
+        return fused_marlin_moe(
+            x, q13, q2, None, None, s13, s2, weights, ids, quant_type_id=uint4.id, workspace=workspace, moe_sum=moe_sum
+        )
+
     return run, ref13, ref2, f"vLLM fused_marlin_moe (Marlin-MoE W4A16, group {group_size})"
 
 
@@ -111,8 +118,9 @@ def bench_fused_moe(shape, device, repeats, group_size, do_bench):
         elif dtype == "w4a16":
             if k % group_size or n % group_size:
                 return {**row, "skipped": f"K={k} or N={n} not a multiple of group size {group_size}"}
-            run, ref13, ref2, kernel = marlin_experts(experts, k, n, group_size, device,
-                                                      set(routings[0][1].flatten().tolist()))
+            run, ref13, ref2, kernel = marlin_experts(
+                experts, k, n, group_size, device, set(routings[0][1].flatten().tolist())
+            )
             row["group_size"] = group_size
         elif dtype == "bf16":
             run, ref13, ref2, kernel = triton_experts(experts, k, n, device)
@@ -128,6 +136,7 @@ def bench_fused_moe(shape, device, repeats, group_size, do_bench):
 
         def run(x, weights, ids):
             return torch_moe(x, ref13, ref2, weights, ids)
+
         kernel = f"torch per-expert loop (fallback: {fallback})"
     row["kernel"] = kernel
     out = run(activations[0], *routings[0])
@@ -143,6 +152,12 @@ def bench_fused_moe(shape, device, repeats, group_size, do_bench):
     if dtype == "w4a16":
         weight_bytes += 3 * (k * n // group_size) * 2
     moved = touched * weight_bytes + 2 * m * k * 2
-    row.update(timing, us=seconds * 1e6, tflops=2 * m * top_k * 3 * k * n / seconds / 1e12,
-               gbps=moved / seconds / 1e9, bytes_moved=int(moved), experts_touched=touched)
+    row.update(
+        timing,
+        us=seconds * 1e6,
+        tflops=2 * m * top_k * 3 * k * n / seconds / 1e12,
+        gbps=moved / seconds / 1e9,
+        bytes_moved=int(moved),
+        experts_touched=touched,
+    )
     return row

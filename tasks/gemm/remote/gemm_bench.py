@@ -51,7 +51,7 @@ def int4_pack(weight_nk, group_size, device):
     n, k = weight_nk.shape
     w = weight_nk.float().reshape(n, k // group_size, group_size)
     w_min, w_max = w.amin(dim=-1, keepdim=True), w.amax(dim=-1, keepdim=True)
-    scales = ((w_max - w_min).clamp(min=1e-6) / 15)
+    scales = (w_max - w_min).clamp(min=1e-6) / 15
     zeros = w_min + scales * 8
     q = torch.clamp(torch.round((w - w_min) / scales), 0, 15).to(torch.int32)
     dequant = ((q.float() - 8) * scales + zeros).reshape(n, k).to(torch.bfloat16)
@@ -64,12 +64,14 @@ def int4_pack(weight_nk, group_size, device):
 
         def matmul(a):
             return torch.ops.aten._weight_int4pack_mm(a, packed, group_size, scales_and_zeros)
+
         kernel = "torch._weight_int4pack_mm (tinygemm)"
     else:
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
 
         def matmul(a):
             return torch.ops.aten._weight_int4pack_mm_for_cpu(a, packed, group_size, scales_and_zeros)
+
         kernel = "torch._weight_int4pack_mm_for_cpu"
     return matmul, dequant, kernel
 
@@ -100,8 +102,14 @@ def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
     modes += [("rowwise", (1, k), (1, k)), ("tensorwise", (m, k), (n, k))]
     if only_mode:
         modes = [mode for mode in modes if mode[0] == only_mode]
-    kernels = [("torch._scaled_mm", lambda a_q, w_q_t, a_s, w_s: torch._scaled_mm(
-        a_q, w_q_t, scale_a=a_s, scale_b=w_s, out_dtype=torch.bfloat16))]
+    kernels = [
+        (
+            "torch._scaled_mm",
+            lambda a_q, w_q_t, a_s, w_s: torch._scaled_mm(
+                a_q, w_q_t, scale_a=a_s, scale_b=w_s, out_dtype=torch.bfloat16
+            ),
+        )
+    ]
     vllm_fp8 = vllm_gemm.cutlass_scaled_mm() if device == "cuda" else None
     if vllm_fp8 is not None:
         kernels.insert(0, ("vLLM cutlass_scaled_mm", vllm_fp8))
@@ -128,8 +136,10 @@ def fp8_pack(weight_nk, activation_mk, block, device, only_mode=None):
             if mode == "blockwise" and kernel == "torch._scaled_mm" and (k % (4 * block) or m % 4):
                 errors.append(f"{kernel} {mode}: not tried at M={m}, K/B={k // block}")
                 continue
+
             def matmul(_a, fn=fn, a_q=a_q, w_q=w_q, a_scale=a_scale, w_scale=w_scale):
                 return fn(a_q, w_q.t(), a_scale, w_scale)
+
             try:
                 out = matmul(None).float()
             except (RuntimeError, NotImplementedError, AssertionError) as err:
@@ -157,8 +167,9 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
     if dtype == "w4a16":
         if k % group_size:
             return {**row, "skipped": f"K={k} not a multiple of group size {group_size}"}
-        fns, reference_weights, kernel = (vllm_gemm.w4a16(weights, group_size, w4a16_kernel)
-                                          if device == "cuda" else (None, None, None))
+        fns, reference_weights, kernel = (
+            vllm_gemm.w4a16(weights, group_size, w4a16_kernel) if device == "cuda" else (None, None, None)
+        )
         if fns is None:
             try:
                 packed = [int4_pack(w, group_size, device) for w in weights]
@@ -175,8 +186,10 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
         try:
             # The scaling is chosen (and its fallbacks tried) once, on the first copy.
             first = fp8_pack(weights[0], activations[0], fp8_block, device)
-            packed = [first] + [fp8_pack(w, a, fp8_block, device, only_mode=first[4])
-                                for w, a in zip(weights[1:], activations[1:], strict=True)]
+            packed = [first] + [
+                fp8_pack(w, a, fp8_block, device, only_mode=first[4])
+                for w, a in zip(weights[1:], activations[1:], strict=True)
+            ]
         except RuntimeError as err:
             return {**row, "skipped": f"fp8 kernel unavailable: {str(err)[:300]}"}
         fns = [p[0] for p in packed]
@@ -191,8 +204,11 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
         fns, kernel = vllm_gemm.cpu_linear(weights) if device == "cpu" else (None, None)
         if fns is None:
             fns = [(lambda a, w=w: torch.nn.functional.linear(a, w)) for w in weights]
-            kernel = ("torch.nn.functional.linear (cuBLAS)" if device == "cuda" else
-                      f"torch.nn.functional.linear (oneDNN/MKL; fallback: {kernel})")
+            kernel = (
+                "torch.nn.functional.linear (cuBLAS)"
+                if device == "cuda"
+                else f"torch.nn.functional.linear (oneDNN/MKL; fallback: {kernel})"
+            )
         reference_weights = weights
         row["kernel"] = kernel
     error = relative_error(fns[0](activations[0]), activations[0].float() @ reference_weights[0].float().t())
@@ -207,8 +223,7 @@ def bench_shape(shape, device, repeats, group_size, fp8_block, do_bench, w4a16_k
     moved = m * k * (1 if dtype == "fp8" else 2) + weight_bytes_per_copy + m * n * 2
     if dtype == "w4a16":
         moved += (k // group_size) * n * 2 * 2
-    row.update(timing, us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9,
-               bytes_moved=moved)
+    row.update(timing, us=seconds * 1e6, tflops=flops / seconds / 1e12, gbps=moved / seconds / 1e9, bytes_moved=moved)
     return row
 
 
@@ -220,10 +235,15 @@ def main():
     parser.add_argument("--fp8-block", type=int, default=128, help="0: per-channel scales")
     parser.add_argument("--compare-do-bench", action="store_true")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--w4a16-kernel", choices=sorted(vllm_gemm.W4A16_BUILDERS), default="auto",
-                        help="the W4A16 kernel the server's log named; auto: vLLM's own preference")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads, as one server rank has them (0: torch's default)")
+    parser.add_argument(
+        "--w4a16-kernel",
+        choices=sorted(vllm_gemm.W4A16_BUILDERS),
+        default="auto",
+        help="the W4A16 kernel the server's log named; auto: vLLM's own preference",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads, as one server rank has them (0: torch's default)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -232,13 +252,16 @@ def main():
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     torch.manual_seed(0)
     ceiling = copy_ceiling_gbps(device, args.repeats)
+
     def bench(shape):
         with torch.no_grad():
             if shape.get("experts"):
-                return fused_moe_bench.bench_fused_moe(shape, device, args.repeats, args.group_size,
-                                                       args.compare_do_bench)
-            return bench_shape(shape, device, args.repeats, args.group_size, args.fp8_block,
-                               args.compare_do_bench, args.w4a16_kernel)
+                return fused_moe_bench.bench_fused_moe(
+                    shape, device, args.repeats, args.group_size, args.compare_do_bench
+                )
+            return bench_shape(
+                shape, device, args.repeats, args.group_size, args.fp8_block, args.compare_do_bench, args.w4a16_kernel
+            )
 
     def key_of(shape):
         return (shape["m"], shape["k"], shape["n"], shape["dtype"], shape.get("experts"), shape.get("top_k"))
@@ -251,27 +274,37 @@ def main():
             seen[key_of(shape)] = bench(shape)
             if report is not None:
                 us = seen[key_of(shape)].get("us")
-                report("shapes timed", len(seen), distinct, "shapes",
-                       f"{shape['name']} M={shape['m']}: {us:.1f} µs" if us is not None else shape["name"])
+                report(
+                    "shapes timed",
+                    len(seen),
+                    distinct,
+                    "shapes",
+                    f"{shape['name']} M={shape['m']}: {us:.1f} µs" if us is not None else shape["name"],
+                )
     # A time implausible beside the same GEMM at the neighbouring M is measured once more; the
     # second figure is kept, and flagged if it is still out of line.
     for key in shape_outliers({k: r.get("us") for k, r in seen.items()}):
         first = seen[key]
         seen[key] = {**bench(next(s for s in shapes if key_of(s) == key)), "remeasured_from_us": first.get("us")}
     for key in shape_outliers({k: r.get("us") for k, r in seen.items()}):
-        seen[key]["flag"] = ("out of line with the same GEMM at the neighbouring batch sizes, measured twice"
-                             f" ({seen[key].get('remeasured_from_us', 0):.1f} then {seen[key]['us']:.1f} µs)"
-                             if "remeasured_from_us" in seen[key] else
-                             "out of line with the same GEMM at the neighbouring batch sizes")
+        seen[key]["flag"] = (
+            "out of line with the same GEMM at the neighbouring batch sizes, measured twice"
+            f" ({seen[key].get('remeasured_from_us', 0):.1f} then {seen[key]['us']:.1f} µs)"
+            if "remeasured_from_us" in seen[key]
+            else "out of line with the same GEMM at the neighbouring batch sizes"
+        )
     rows = []
     for shape in shapes:
         row = {**seen[key_of(shape)], "name": shape["name"]}
         if "gbps" in row:
             row["pct_of_copy_ceiling"] = row["gbps"] / ceiling * 100
         rows.append(row)
-    info = {"device": device, "torch": torch.__version__,
-            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "threads": torch.get_num_threads()}
+    info = {
+        "device": device,
+        "torch": torch.__version__,
+        "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "threads": torch.get_num_threads(),
+    }
     print(json.dumps({"info": info, "copy_ceiling_gbps": ceiling, "rows": rows}))
 
 

@@ -36,16 +36,25 @@ def machete(weights, group_size):
     try:
         w_ref, w_q, w_s, _ = quantize_weights(weights[0].t().contiguous(), uint4, group_size, zero_points=False)
         packed = pack_quantized_values_into_int32(w_q, uint4, packed_dim=0)
-        b_q = ops.machete_prepack_B(packed.t().contiguous().t(), a_type=torch.bfloat16, b_type=uint4,
-                                    group_scales_type=torch.bfloat16)
+        b_q = ops.machete_prepack_B(
+            packed.t().contiguous().t(), a_type=torch.bfloat16, b_type=uint4, group_scales_type=torch.bfloat16
+        )
         scales = w_s.to(torch.bfloat16).contiguous()
         copies = [(b_q.clone(), scales.clone()) for _ in weights]
-        fns = [lambda a, b_q=b_q, scales=scales: ops.machete_mm(
-            a=a, b_q=b_q, b_type=uint4, b_group_scales=scales, b_group_size=group_size) for b_q, scales in copies]
+        fns = [
+            lambda a, b_q=b_q, scales=scales: ops.machete_mm(
+                a=a, b_q=b_q, b_type=uint4, b_group_scales=scales, b_group_size=group_size
+            )
+            for b_q, scales in copies
+        ]
         fns[0](torch.randn(1, weights[0].shape[1], dtype=torch.bfloat16, device=weights[0].device))
     except (RuntimeError, NotImplementedError, AssertionError) as err:
         return None, None, f"Machete refused the shape: {str(err).splitlines()[0][:120]}"
-    return fns, [w_ref.t().to(torch.bfloat16)] * len(weights), "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)"
+    return (
+        fns,
+        [w_ref.t().to(torch.bfloat16)] * len(weights),
+        "vLLM machete_mm (CUTLASS W4A16, vLLM's int4 kernel on Hopper)",
+    )
 
 
 def marlin_pack(weight_nk, group_size):
@@ -61,8 +70,9 @@ def marlin_pack(weight_nk, group_size):
     from vllm.scalar_type import scalar_types
 
     n, k = weight_nk.shape
-    w_ref, w_q, w_s, _ = quantize_weights(weight_nk.t().contiguous(), scalar_types.uint4b8, group_size,
-                                          zero_points=False)
+    w_ref, w_q, w_s, _ = quantize_weights(
+        weight_nk.t().contiguous(), scalar_types.uint4b8, group_size, zero_points=False
+    )
     packed = pack_quantized_values_into_int32(w_q, scalar_types.uint4b8, packed_dim=0)  # [K / 8, N]
     no_perm = torch.empty(0, dtype=torch.int, device=weight_nk.device)
     q_w = ops.gptq_marlin_repack(packed.contiguous(), no_perm, k, n, 4)
@@ -90,9 +100,12 @@ def marlin(weights, group_size):
         empty = torch.empty(0, dtype=torch.int, device=device)  # no zero points, no act-order
         q_w, scales, w_ref = marlin_pack(weights[0], group_size)
         copies = [(q_w.clone(), scales.clone()) for _ in weights]
-        fns = [lambda a, q_w=q_w, scales=scales: apply_gptq_marlin_linear(
-            a, q_w, scales, empty, empty, empty, workspace, uint4, n, k, is_k_full=True)
-            for q_w, scales in copies]
+        fns = [
+            lambda a, q_w=q_w, scales=scales: apply_gptq_marlin_linear(
+                a, q_w, scales, empty, empty, empty, workspace, uint4, n, k, is_k_full=True
+            )
+            for q_w, scales in copies
+        ]
         fns[0](torch.randn(1, k, dtype=torch.bfloat16, device=device))
     except (RuntimeError, NotImplementedError, AssertionError, ValueError) as err:
         return None, None, f"Marlin refused the shape: {str(err).splitlines()[0][:120]}"
@@ -124,6 +137,7 @@ def cutlass_scaled_mm():
 
     def matmul(a_q, w_q_t, a_scale, w_scale):
         return ops.cutlass_scaled_mm(a_q, w_q_t, scale_a=a_scale, scale_b=w_scale, out_dtype=torch.bfloat16)
+
     return matmul
 
 
@@ -141,12 +155,16 @@ def cpu_linear(weights):
     try:
         if check_cpu_sgl_kernel(n, k, weights[0].dtype):
             packed = [torch.ops._C.convert_weight_packed(w) for w in weights]
-            return ([(lambda a, p=p: ops.weight_packed_linear_cpu(a, p, n, None)) for p in packed],
-                    "vLLM _C::weight_packed_linear (sgl AMX, as the server)")
+            return (
+                [(lambda a, p=p: ops.weight_packed_linear_cpu(a, p, n, None)) for p in packed],
+                "vLLM _C::weight_packed_linear (sgl AMX, as the server)",
+            )
         if ops._supports_onednn:
             handlers = [ops.create_onednn_mm(w.t(), 32) for w in weights]
-            return ([(lambda a, h=h: ops.onednn_mm(h, a, None)) for h in handlers],
-                    "vLLM _C::onednn_mm (oneDNN, as the server)")
+            return (
+                [(lambda a, h=h: ops.onednn_mm(h, a, None)) for h in handlers],
+                "vLLM _C::onednn_mm (oneDNN, as the server)",
+            )
     except RuntimeError as err:
         return None, f"vLLM's CPU GEMM failed here: {str(err).splitlines()[0][:120]}"
     return None, "this vLLM build has no oneDNN GEMM"

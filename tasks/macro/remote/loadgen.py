@@ -35,11 +35,15 @@ try:
 except ImportError:  # run by hand without it: no progress lines
     Reporter = None
 
-COUNTERS = ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
-            # Speculative decoding (present only on a server started with --speculative-config):
-            # drafts proposed, draft tokens, tokens accepted; per position below.
-            "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
-            "vllm:spec_decode_num_accepted_tokens_total")
+COUNTERS = (
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    # Speculative decoding (present only on a server started with --speculative-config):
+    # drafts proposed, draft tokens, tokens accepted; per position below.
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 WATCHED = (
     "vllm:time_to_first_token_seconds",
@@ -111,11 +115,12 @@ class Connection:
 async def stream_request(conn, path, body):
     """One streamed request; returns the record. Timestamps are taken as bytes arrive."""
     payload = json.dumps(body).encode()
-    head = (f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
-            f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-            f"Content-Length: {len(payload)}\r\n\r\n").encode()
-    record = {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None, "output_tokens": None,
-              "error": None}
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
+        f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    record = {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None, "output_tokens": None, "error": None}
     await conn.open()
     reader = conn.reader
     started = time.perf_counter()
@@ -208,8 +213,14 @@ async def run(args):
 
     def body():
         prompt, max_tokens = next_prompt()
-        common = {"model": args.model, "max_tokens": max_tokens, "ignore_eos": True, "stream": True,
-                  "temperature": 0.0, "stream_options": {"include_usage": True}}
+        common = {
+            "model": args.model,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "temperature": 0.0,
+            "stream_options": {"include_usage": True},
+        }
         if args.endpoint == "chat":
             return {**common, "messages": [{"role": "user", "content": prompt}]}
         return {**common, "prompt": prompt}
@@ -243,16 +254,27 @@ async def run(args):
         tokens[0] += record.get("output_tokens") or 0
         if report is not None:
             elapsed = time.perf_counter() - started
-            report(args.progress_label, len(records), len(bodies), "requests",
-                   f"{tokens[0] / elapsed:,.0f} output tok/s" if elapsed > 0 else "")
+            report(
+                args.progress_label,
+                len(records),
+                len(bodies),
+                "requests",
+                f"{tokens[0] / elapsed:,.0f} output tok/s" if elapsed > 0 else "",
+            )
 
     async def send(conn, item):
         try:
             return await stream_request(conn, path, item)
         except Exception as err:
             conn.close()
-            return {"ttft_s": None, "itl_s": [], "e2e_s": None, "stream_end_s": None,
-                    "output_tokens": None, "error": f"{type(err).__name__}: {err}"}
+            return {
+                "ttft_s": None,
+                "itl_s": [],
+                "e2e_s": None,
+                "stream_end_s": None,
+                "output_tokens": None,
+                "error": f"{type(err).__name__}: {err}",
+            }
 
     async def worker():
         conn = Connection(host, port)
@@ -299,13 +321,20 @@ async def run(args):
         await asyncio.sleep(0.05)
         after = scrape_metrics(base)
     delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
-    return {"concurrency": args.concurrency, "requests": records, "duration_s": duration,
-            "request_rate": args.request_rate or None, "burstiness": args.burstiness if args.request_rate else None,
-            "input_tokens": args.input_tokens, "max_tokens": args.output_tokens,
-            "endpoint": path, "dataset": args.dataset,
-            "server_metrics_delta": delta,
-            "server_metrics_error": before.get("error") or after.get("error"),
-            "scheduling": scheduling(args.server_pid_file)}
+    return {
+        "concurrency": args.concurrency,
+        "requests": records,
+        "duration_s": duration,
+        "request_rate": args.request_rate or None,
+        "burstiness": args.burstiness if args.request_rate else None,
+        "input_tokens": args.input_tokens,
+        "max_tokens": args.output_tokens,
+        "endpoint": path,
+        "dataset": args.dataset,
+        "server_metrics_delta": delta,
+        "server_metrics_error": before.get("error") or after.get("error"),
+        "scheduling": scheduling(args.server_pid_file),
+    }
 
 
 def main():
@@ -315,8 +344,12 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--input-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=1,
-                        help="closed loop: workers; with --request-rate: the most requests in flight")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="closed loop: workers; with --request-rate: the most requests in flight",
+    )
     parser.add_argument("--request-rate", type=float, default=0.0, help="open loop, requests a second (0: closed loop)")
     parser.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1: Poisson)")
     parser.add_argument("--requests", type=int, default=8)
@@ -325,11 +358,17 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server-pid-file", help="the server's pid file, to compare sessions")
     parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    parser.add_argument("--dataset", choices=("random", "synthetic", "sharegpt"), default="random",
-                        help="random token ids (text with --endpoint chat), fixed-length text, or a ShareGPT file")
+    parser.add_argument(
+        "--dataset",
+        choices=("random", "synthetic", "sharegpt"),
+        default="random",
+        help="random token ids (text with --endpoint chat), fixed-length text, or a ShareGPT file",
+    )
     parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
-    parser.add_argument("--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer")
+    parser.add_argument(
+        "--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer"
+    )
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
 

@@ -20,11 +20,13 @@ def unique_prefix(uid, low, high):
     return digits
 
 
-WORDS = ("time year people way day man thing woman life child world school state family student group"
-         " country problem hand part place case week company system program question work government"
-         " number night point home water room mother area money story fact month lot right study book"
-         " eye job word business issue side kind head house service friend father power hour game line"
-         " end member law car city community name president team minute idea kid body information back").split()
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group"
+    " country problem hand part place case week company system program question work government"
+    " number night point home water room mother area money story fact month lot right study book"
+    " eye job word business issue side kind head house service friend father power hour game line"
+    " end member law car city community name president team minute idea kid body information back"
+).split()
 
 
 def load_tokenizer(folder):
@@ -61,8 +63,10 @@ def sharegpt_prompts(path):
             reply = turns[1].get("value", "") if isinstance(turns[1], dict) else ""
             pairs.append((str(turns[0]["value"]), str(reply)))
     if not pairs:
-        raise SystemExit(f"{path}: no conversation with a first turn and a reply (ShareGPT format:"
-                         " [{'conversations': [{'from': 'human', 'value': ...}, {'from': 'gpt', ...}]}])")
+        raise SystemExit(
+            f"{path}: no conversation with a first turn and a reply (ShareGPT format:"
+            " [{'conversations': [{'from': 'human', 'value': ...}, {'from': 'gpt', ...}]}])"
+        )
     return pairs
 
 
@@ -93,7 +97,9 @@ def prompt_source(args, rng):
         count[0] += 1
         if args.dataset == "random" and args.endpoint == "completions":
             prefix = unique_prefix(uid, 10, high) if args.input_tokens > 2 * PREFIX_TOKENS else []
-            return prefix + [rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))], args.output_tokens
+            return prefix + [
+                rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))
+            ], args.output_tokens
         tag = f"[{uid:x}] "
         if dataset is not None:
             prompt, reply = dataset[rng.randrange(len(dataset))]

@@ -21,9 +21,15 @@ def main() -> None:
 
         torch.manual_seed(0)
         config = LlamaConfig(
-            hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-            num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-            max_position_embeddings=2048, torch_dtype="bfloat16", tie_word_embeddings=False,
+            hidden_size=256,
+            intermediate_size=512,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+            max_position_embeddings=2048,
+            torch_dtype="bfloat16",
+            tie_word_embeddings=False,
         )
         model = LlamaForCausalLM(config).to(torch.bfloat16)
         tmp_dir = out_dir + ".tmp"
@@ -39,16 +45,18 @@ def main() -> None:
             "0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ",
         ] * 20
         trainer = trainers.BpeTrainer(
-            vocab_size=config.vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+            vocab_size=config.vocab_size,
+            special_tokens=["<unk>", "<s>", "</s>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         )
         tokenizer.train_from_iterator(corpus, trainer)
         wrapped = PreTrainedTokenizerFast(
-            tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+            tokenizer_object=tokenizer,
+            bos_token="<s>",
+            eos_token="</s>",
+            unk_token="<unk>",
         )
-        wrapped.chat_template = (
-            "{% for message in messages %}{{ message['content'] }}\n{% endfor %}"
-        )
+        wrapped.chat_template = "{% for message in messages %}{{ message['content'] }}\n{% endfor %}"
         wrapped.save_pretrained(tmp_dir)
         if os.path.exists(out_dir):
             import shutil
