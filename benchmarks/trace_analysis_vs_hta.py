@@ -191,7 +191,7 @@ def main() -> None:
         [big] = build(args.dir / "big", 1, args.big_gb * 1000)
         print(f"\n== one rank of {big.stat().st_size / 1e9:.2f} GB (Kineto layout)")
         decoder = (
-            "import msgspec; from pathlib import Path; from tasks.analysis.trace_reader import Whole;"
+            "import msgspec; from pathlib import Path; from tasks.analysis.trace_events import Whole;"
             f" d = msgspec.json.decode(Path({str(big)!r}).read_bytes(), type=Whole); print(len(d.traceEvents))"
         )
         ours_one = (

@@ -410,7 +410,7 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
     ],
 )
 def test_gpu_memory_census_reads_nvidia_smi(csv_text: str, busy: list[str]) -> None:
-    from tasks.service.lifecycle import busy_gpus
+    from tasks.service.census import busy_gpus
 
     assert busy_gpus(csv_text) == busy
 

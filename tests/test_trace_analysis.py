@@ -290,7 +290,7 @@ def test_analysis_workers_take_the_default_sigterm_and_leave_ctrl_c_to_the_contr
     one-line error (seen once in CI: 11 lines of stderr where the e2e test wants 1)."""
     import signal
 
-    from tasks.analysis.breakdown import worker_pool
+    from tasks.analysis.workers import worker_pool
 
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:

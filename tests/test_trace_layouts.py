@@ -16,7 +16,8 @@ from conftest import run_cli
 import tasks.analysis.trace_reader as trace_reader
 from tasks.analysis.breakdown import Classifier, analyze_columns, analyze_trace
 from tasks.analysis.step_markers import step_marker
-from tasks.analysis.trace_reader import Columns, Event, read_columns
+from tasks.analysis.trace_events import Event
+from tasks.analysis.trace_reader import Columns, read_columns
 
 DATA = Path(__file__).parent / "data"
 REAL_TRACES = [

@@ -25,6 +25,7 @@ from tasks.analysis.coverage import backward_share, uncovered_families
 from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us
 from tasks.analysis.step_markers import StepMarker, resolve, step_marker
 from tasks.analysis.trace_reader import Columns, read_columns
+from tasks.analysis.workers import worker_pool
 
 OTHER = Category.OTHER
 
@@ -349,29 +350,6 @@ def _figures(
 def _analyze_one(args: tuple[str, int, str, str]) -> dict[str, Any]:
     path, rank, rules, marker = args
     return analyze_trace(Path(path), Classifier(Path(rules)), rank, step_marker(marker))
-
-
-def worker_pool(workers: int, method: str | None = None):  # noqa: ANN201 - a multiprocessing Pool
-    """Forked workers start at once, with this process's imports; a spawned one starts a fresh
-    interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8 ranks).
-    Forking is only safe with no other thread that may hold a lock the child inherits (a
-    campaign's SSH transport has reader threads): then spawn."""
-    import multiprocessing
-    import threading
-
-    method = method or ("fork" if threading.active_count() == 1 else "spawn")
-    return multiprocessing.get_context(method).Pool(workers, initializer=_quiet_worker)
-
-
-def _quiet_worker() -> None:
-    """A worker takes the default SIGTERM and ignores Ctrl-C. A forked one would inherit the
-    controller's handlers (`resume` turns SIGTERM into KeyboardInterrupt), and the pool ends its
-    workers with SIGTERM when a rank fails: each would print a traceback under the one-line error.
-    Ctrl-C reaches the whole process group; the controller alone handles it, ending the pool."""
-    import signal
-
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def analyze_ranks(

@@ -59,7 +59,8 @@ def _analyzer_digests() -> dict[str, str]:
     from tasks.analysis.breakdown import RULES_PATH
 
     code = b"".join(
-        (Path(__file__).parent / name).read_bytes() for name in ("breakdown.py", "trace_reader.py", "step_markers.py")
+        (Path(__file__).parent / name).read_bytes()
+        for name in ("breakdown.py", "trace_reader.py", "trace_events.py", "step_markers.py")
     )
     return {
         "rules": hashlib.sha256(RULES_PATH.read_bytes()).hexdigest()[:16],

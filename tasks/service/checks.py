@@ -12,8 +12,9 @@ from tasks.session import Session
 
 def service_checks(session: Session) -> list[Check]:
     from tasks.host.results import HostFacts
+    from tasks.service.census import busy_gpus
     from tasks.service.launch import launch_plan, served_name
-    from tasks.service.lifecycle import ServiceLifecycle, busy_gpus
+    from tasks.service.lifecycle import ServiceLifecycle
 
     cfg = session.config
     host = session.host()

@@ -1,0 +1,26 @@
+"""The analyser's worker processes: forked where that is safe, spawned otherwise, quiet on signals the controller handles."""
+
+from __future__ import annotations
+
+
+def worker_pool(workers: int, method: str | None = None):  # noqa: ANN201 - a multiprocessing Pool
+    """Forked workers start at once, with this process's imports; a spawned one starts a fresh
+    interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8 ranks).
+    Forking is only safe with no other thread that may hold a lock the child inherits (a
+    campaign's SSH transport has reader threads): then spawn."""
+    import multiprocessing
+    import threading
+
+    method = method or ("fork" if threading.active_count() == 1 else "spawn")
+    return multiprocessing.get_context(method).Pool(workers, initializer=_quiet_worker)
+
+
+def _quiet_worker() -> None:
+    """A worker takes the default SIGTERM and ignores Ctrl-C. A forked one would inherit the
+    controller's handlers (`resume` turns SIGTERM into KeyboardInterrupt), and the pool ends its
+    workers with SIGTERM when a rank fails: each would print a traceback under the one-line error.
+    Ctrl-C reaches the whole process group; the controller alone handles it, ending the pool."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
