@@ -1,6 +1,11 @@
 """The schema of `rules.toml` (kernel name -> category): every key checked, like every other
 file a user edits. A misspelt key (`pattern =` for `patterns =`) is one line naming the file,
-the rule and the key, never a rule silently ignored."""
+the rule and the key, never a rule silently ignored.
+
+A msgspec schema rather than pydantic's: every analyser worker loads the rules, msgspec is
+already loaded there (it decodes the traces), and pydantic's import would add ~0.15 s to each
+analysis process, a tenth of an 8-rank analysis (the >= 30x-HTA target, benchmarks/).
+"""
 
 from __future__ import annotations
 
@@ -10,39 +15,32 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import msgspec
 
 from orchestrator.errors import InputError
 from tasks.analysis.categories import OTHER
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-class RuleSpec(_Strict):
-    category: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
-    patterns: list[str] = Field(min_length=1)
-
-    @field_validator("patterns")
-    @classmethod
-    def _compiles(cls, patterns: list[str]) -> list[str]:
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as err:
-                raise ValueError(f"pattern {pattern!r} is not a regular expression ({err})") from None
-        return patterns
+class RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
+    category: str
+    patterns: list[str]
 
 
-class RulesDocument(_Strict):
-    categories: list[str] | None = Field(None, description="every category, in the breakdown's order")
-    rule: list[RuleSpec] = Field(min_length=1)
+class RulesDocument(msgspec.Struct, forbid_unknown_fields=True):
+    rule: list[RuleSpec]
+    categories: list[str] | None = None
+    """Every category, in the breakdown's order ("other" comes last by itself)."""
 
     def declared(self) -> list[str]:
         """The categories in order (the list, or the rules' in file order), then "other"."""
         names = self.categories or list(dict.fromkeys(rule.category for rule in self.rule))
         return list(dict.fromkeys([*names, OTHER]))
+
+
+FIELDS = {"rule": RuleSpec.__struct_fields__, "": RulesDocument.__struct_fields__}
+UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`(?: - at `\$\.rule\[(?P<index>\d+)\]`)?")
 
 
 def load_rules_document(path: Path) -> RulesDocument:
@@ -54,25 +52,22 @@ def load_rules_document(path: Path) -> RulesDocument:
     except OSError as err:
         raise InputError(f"{path}: cannot be read ({err.strerror}); check the rules path") from None
     try:
-        rules = RulesDocument.model_validate(document)
-    except ValidationError as err:
-        # A misspelt key shows as an unknown key and a missing one: name the misspelling.
-        first = sorted(err.errors(), key=lambda error: error["type"] != "extra_forbidden")[0]
-        loc = [str(part) for part in first["loc"]]
-        where = (
-            f"[[rule]] #{int(loc[1]) + 1} key '{'.'.join(loc[2:])}'"
-            if loc[:1] == ["rule"] and len(loc) > 2
-            else f"key '{'.'.join(loc)}'"
-        )
-        known = RuleSpec.model_fields if loc[:1] == ["rule"] else RulesDocument.model_fields
-        close = difflib.get_close_matches(loc[-1], list(known), n=1)
-        fix = (
-            f"unknown key{f' (did you mean {close[0]!r}?)' if close else ''}: a [[rule]] has category and"
-            " patterns, the file a categories list"
-            if first["type"] == "extra_forbidden"
-            else "each [[rule]] needs category and patterns"
-        )
-        raise InputError(f"{path}: bad rules file: {where}: {first['msg']}; {fix}") from None
+        rules = msgspec.convert(document, RulesDocument)
+    except msgspec.ValidationError as err:
+        raise InputError(f"{path}: bad rules file: {_explain(str(err))}") from None
+    for index, rule in enumerate(rules.rule, 1):
+        where = f"{path}: bad rules file: [[rule]] #{index}"
+        if not CATEGORY_NAME.match(rule.category):
+            raise InputError(f"{where} key 'category': {rule.category!r} is not a lower-case name; use a-z, 0-9, _")
+        if not rule.patterns:
+            raise InputError(f"{where} key 'patterns': empty; give at least one regular expression")
+        for pattern in rule.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise InputError(f"{where} key 'patterns': {pattern!r} is not a regular expression ({error})") from None
+    if not rules.rule:
+        raise InputError(f"{path}: bad rules file: no [[rule]]; each [[rule]] needs category and patterns")
     undeclared = sorted({rule.category for rule in rules.rule} - set(rules.declared()))
     if undeclared:
         raise InputError(
@@ -80,3 +75,17 @@ def load_rules_document(path: Path) -> RulesDocument:
             " list does not declare; add them to `categories`"
         )
     return rules
+
+
+def _explain(message: str) -> str:
+    """msgspec's message as the key, the rule and the fix ("`pattern`" -> did you mean 'patterns')."""
+    unknown = UNKNOWN.match(message)
+    if unknown:
+        key, index = unknown["key"], unknown["index"]
+        close = difflib.get_close_matches(key, FIELDS["rule" if index is not None else ""], n=1)
+        where = f"[[rule]] #{int(index) + 1} key '{key}'" if index is not None else f"key '{key}'"
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"{where}: unknown key{hint}; a [[rule]] has category and patterns, the file a categories list"
+    at = re.search(r"at `\$\.rule\[(\d+)\]\.?(\w*)`", message)
+    where = f"[[rule]] #{int(at[1]) + 1}" + (f" key '{at[2]}'" if at and at[2] else "") if at else "the file"
+    return f"{where}: {message.split(' - at ')[0]}; each [[rule]] needs category and patterns"
