@@ -16,7 +16,8 @@ from pydantic import Field, ValidationError, create_model, field_validator
 
 from orchestrator.errors import InputError
 from orchestrator.validation import one_line
-from tasks.unit import PhaseUnit, Section
+from tasks.models import Section
+from tasks.unit import PhaseUnit
 
 EMBEDDED_EXPERIMENTS = [
     # The embedded default checks two of its own predictions by running them (the capture is at

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.hosts.base import Host
+
+if TYPE_CHECKING:  # the sections' packages import this module: their types are for readers only
+    from tasks.config_types import CampaignConfig
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,9 @@ class Node:
 
 @dataclass
 class Session:
-    config: Any
-    """The campaign config: one attribute per unit section (see tasks/config.py)."""
+    config: CampaignConfig
+    """The campaign config: one attribute per unit section (built by tasks/config.py; its shape
+    is tasks/config_types.py)."""
     state_path: Path
     reports_dir: Path
     host_factory: Callable[[], Host]

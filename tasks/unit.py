@@ -12,8 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
 from orchestrator.campaign import Check, Need, TaskSpec
 from orchestrator.refs import TaskRef
 from orchestrator.schema import TodoState
@@ -21,18 +19,6 @@ from orchestrator.schema import TodoState
 if TYPE_CHECKING:
     from tasks.session import Session
     from tasks.view import Findings
-
-
-class Section(BaseModel):
-    """A `campaign.toml` section: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class Result(BaseModel):
-    """A task's typed result, as stored in the todo file: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)

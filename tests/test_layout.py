@@ -90,3 +90,21 @@ def test_no_import_cycles_and_no_module_over_400_lines() -> None:
     for name in sorted(graph):
         if name not in state:
             visit(name, [])
+
+
+def test_the_typed_config_is_the_shape_of_the_assembled_one() -> None:
+    """`Session.config`'s static type (tasks/config_types.py) against the model the units build:
+    a section added, renamed or retyped in one and not the other fails here."""
+    import typing
+
+    from tasks.config import config_model
+    from tasks.config_types import CampaignConfig, CampaignSettings
+    from tasks.registry import UNITS
+
+    model = config_model(UNITS)
+    hints = typing.get_type_hints(CampaignConfig)
+    assert set(model.model_fields) == set(hints)
+    for name, field in model.model_fields.items():
+        if name != "campaign":
+            assert field.annotation == hints[name], name
+    assert set(model.model_fields["campaign"].annotation.model_fields) == set(typing.get_type_hints(CampaignSettings))

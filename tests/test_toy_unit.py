@@ -10,9 +10,10 @@ from orchestrate.main import main
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.refs import TaskRef
 from orchestrator.statefile import load_state
+from tasks.models import Result, Section
 from tasks.registry import UNITS
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Result, Section
+from tasks.unit import PhaseUnit
 
 
 class ToySection(Section):

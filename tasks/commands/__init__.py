@@ -8,31 +8,14 @@ config lists commands.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.refs import TaskRef
 from orchestrator.schema import Priority
+from tasks.commands.config import CommandTask
+from tasks.commands.results import CommandOutput
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Result, Section
-
-
-class CommandTask(Section):
-    id: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    content: str
-    run: str
-    depends_on: list[str] = Field(default_factory=list)
-    priority: Literal["high", "medium", "low"] = "medium"
-    timeout_s: float = Field(600, gt=0)
-
-
-class CommandOutput(Result):
-    exit_code: int
-    artifact: str
-    output_head: str
+from tasks.unit import PhaseUnit
 
 
 def command_action(session: Session, command: str, timeout_s: float):

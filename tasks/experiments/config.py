@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.unit import Section
+from tasks.models import Section
 
 GRID_OPTION = "grid"
 """The option a grid point stands for: a server-parameter sweep, not a decision option."""

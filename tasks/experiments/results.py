@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from orchestrator.refs import TaskRef
-from tasks.unit import Result
+from tasks.models import Result
 
 
 class OptionPrediction(Result):

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import Field
-
 from orchestrator.campaign import TaskSpec
+from tasks.gemm.config import GemmSection
 from tasks.gemm.results import GEMM_BENCH
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Section
-
-
-class GemmSection(Section):
-    batch_sizes: list[Annotated[int, Field(ge=1, le=65536)]] = Field(default_factory=lambda: [1, 8, 32], min_length=1)
-    repeats: int = Field(20, ge=3, le=10000)
-    int4_group_size: Literal[32, 64, 128, 256] = 128
-    compare_w4a16: bool = Field(True, description="also time W4A16 for bf16 layers: what quantizing would buy")
+from tasks.unit import PhaseUnit
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from orchestrator.refs import TaskRef
-from tasks.unit import Result
+from tasks.models import Result
 
 
 class NodeFacts(Result):

@@ -3,76 +3,14 @@ a load client on the host beside the server and cross-checked against vLLM's own
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
-from pydantic import Field, model_validator
-
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
+from tasks.macro.config import MacroSection
 from tasks.macro.results import MACRO_RATES, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Section
-
-
-class MacroSection(Section):
-    input_tokens: int = Field(64, ge=1, le=1 << 20)
-    output_tokens: int = Field(64, ge=2, le=1 << 20)
-    warmup_requests: int = Field(2, ge=0, le=10000)
-    single_stream_requests: int = Field(8, ge=1, le=100000)
-    concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
-    requests_per_level: int = Field(
-        16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)"
-    )
-    max_failed_pct: float = Field(1.0, ge=0, le=100, description="more failed requests than this fails the level")
-    repeats: int = Field(
-        3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise"
-    )
-    outlier_pct: float = Field(
-        25.0,
-        gt=0,
-        le=1000,
-        description="a run whose mean TPOT is further than this from"
-        " the median of the runs is measured again, and flagged if it persists",
-    )
-    request_rates: list[Annotated[float, Field(gt=0, le=1e6)]] = Field(
-        default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep"
-    )
-    burstiness: float = Field(1.0, gt=0, le=1e6, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
-    rate_max_concurrency: int = Field(256, ge=1, le=4096, description="requests in flight at most in a rate level")
-    slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: requests whose TTFT is at most this...")
-    slo_tpot_ms: float | None = Field(None, gt=0, description="... and TPOT at most this ...")
-    slo_e2e_ms: float | None = Field(None, gt=0, description="... and E2E at most this, a second of the run")
-    slo_search: bool = Field(False, description="search the highest request rate that meets the SLOs")
-    slo_met_pct: float = Field(99.0, gt=0, le=100, description="a rate meets the SLOs when this share of requests does")
-    slo_search_runs: int = Field(8, ge=2, le=50, description="points the search may run (one run each)")
-    slo_search_start_rate: float = Field(1.0, gt=0, le=1e6, description="requests a second the search starts at")
-    endpoint: Literal["completions", "chat"] = Field(
-        "completions",
-        description=("/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"),
-    )
-    dataset: Literal["random", "synthetic", "sharegpt"] = Field(
-        "random",
-        description=(
-            "random token ids (random words with endpoint = 'chat'); synthetic: text cut to input_tokens with the"
-            " model's tokenizer; sharegpt: the first turns of dataset_path's conversations (at most input_tokens),"
-            " each asking for its reply's length in output tokens (at most output_tokens)"
-        ),
-    )
-    dataset_path: str | None = Field(None, description="sharegpt: the JSON file, on the host")
-    percentiles: list[Annotated[float, Field(gt=0, lt=100)]] = Field(
-        default_factory=lambda: [50.0, 90.0, 99.0],
-        min_length=1,
-        description="percentiles of TTFT, TPOT and E2E the findings list, from the stored per-request latencies"
-        " (a change needs no new run)",
-    )
-
-    @model_validator(mode="after")
-    def _dataset_has_its_file(self) -> MacroSection:
-        if self.dataset == "sharegpt" and not self.dataset_path:
-            raise ValueError("dataset = 'sharegpt' needs dataset_path: the ShareGPT-format JSON file on the host")
-        return self
+from tasks.unit import PhaseUnit
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:

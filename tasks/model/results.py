@@ -7,7 +7,7 @@ from pydantic import Field
 from orchestrator.errors import InputError
 from orchestrator.refs import TaskRef
 from tasks.model.shapes import ModelShapes
-from tasks.unit import Result
+from tasks.models import Result
 
 
 class ModelFacts(Result):

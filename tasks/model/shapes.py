@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from orchestrator.errors import InputError
-from tasks.unit import Result
+from tasks.models import Result
 
 
 @dataclass(frozen=True)

@@ -6,32 +6,15 @@ shares the benchmarks' model load.
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
 from tasks.macro.results import MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
+from tasks.profile.config import ProfileSection
 from tasks.profile.results import PROFILE_CAPTURE
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Section
-
-
-class ProfileSection(Section):
-    warmup_requests: int = Field(2, ge=0, le=1000)
-    requests: int = Field(4, ge=1, le=1000)
-    concurrency: int = Field(
-        1,
-        ge=1,
-        le=4096,
-        description=(
-            "requests in flight while the profiler records; the decode step's batch (GEMM M). Set it to a"
-            " level of macro.concurrency_levels to have the profiler's overhead measured at it"
-        ),
-    )
-    output_tokens: int = Field(32, ge=2, le=1 << 20)
-    stop_timeout_s: float = Field(3600, gt=0)
+from tasks.unit import PhaseUnit
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:

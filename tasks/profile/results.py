@@ -8,7 +8,7 @@ from pydantic import Field
 
 from orchestrator.refs import TaskRef
 from tasks.macro.results import Distribution
-from tasks.unit import Result
+from tasks.models import Result
 
 
 class CaptureLoad(Result):

