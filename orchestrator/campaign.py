@@ -39,8 +39,8 @@ class TaskContext:
     scope: str = ""
     """The task's scope (its spec's): results are read from the scope's own todos first."""
     reads: frozenset[str] | None = None
-    """The ids the task (and the needs it holds) declared it reads; None: unchecked (a context
-    built outside the runner, e.g. by `orchestrate check`)."""
+    """The ids the task (and the needs it holds) declared it reads; None: unchecked (a context a
+    test or a tool builds by hand; the runner always sets it)."""
     log: Callable[[str], None] = print
     progress: Callable[..., None] = lambda label, done, total, unit="", note="": None
     """How far a long step of the task is: ``progress(label, done, total, unit, note)``; shown
@@ -100,8 +100,8 @@ class Need(Protocol):
 
     Conflicts are symmetric: ensuring a need drops every held need that it lists or that lists
     it. A need named ``role@variant`` (an experiment's own server) is the variant of ``role``:
-    its facts reach the task under both names, so a phase's action reads ``ctx.facts[role]``
-    whichever variant it runs on.
+    its facts reach the task under both names, so a phase's action reads
+    ``ctx.need_facts(role, Model)`` whichever variant it runs on.
     """
 
     name: str
