@@ -360,3 +360,26 @@ def test_a_category_the_findings_read_cannot_be_renamed_away_silently(tmp_path: 
     rules.write_text(RULES_PATH.read_text().replace('"communication"', '"comms"'))
     with pytest.raises(InputError, match="lacks communication, which the findings read"):
         category_enum(rules)
+
+
+def test_the_work_vllm_runs_between_step_annotations_is_its_own_row_and_in_the_headline() -> None:
+    """vLLM 0.26 runs a dense model's logits and sampler between two step annotations (the H200
+    Llama-8B trace): the rank table shows it as a row and the step with it, the summary says it."""
+    from tasks.analysis.results import Breakdown
+    from tasks.analysis.section import rank_section
+    from tasks.synthesis.figures import KeyFigures
+    from tasks.synthesis.summary import summary_section
+
+    trace = Path(__file__).parent / "data" / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"
+    analysis = Breakdown.model_validate({**analyze_ranks({0: trace}), "artifact": "x", "nodes": {}})
+    rank = analysis.ranks[0]
+    between = rank.between_steps.device_ms_per_step
+    assert 0.1 < between < rank.device_ms_per_step
+    rows = [line for line in rank_section(rank, "t").splitlines() if line.startswith("| **")]
+    assert rows[0].startswith("| **+ between steps**") and f"| {between:.3f} |" in rows[0]
+    assert rows[1] == f"| **decode step with it** |  |  |  | {rank.device_ms_per_step + between:.3f} |  |"
+    figures = KeyFigures(
+        tp=1, rank0=rank, breakdown=analysis, model=None, host=None, gemm=None, allreduce=None, decode_tpot_ms=None
+    )
+    summary = summary_section(figures)
+    assert f"{rank.device_ms_per_step + between:.3f} ms in all" in summary

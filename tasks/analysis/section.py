@@ -89,7 +89,8 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
                 fmt(c.share_pct, 1),
             ]
             for name, c in rank.categories.items()
-        ],
+        ]
+        + between_rows(rank),
     )
     text += (
         "\nTop kernels/ops (a mean far above the p50 is a heavy tail: calls that waited, e.g. a"
@@ -142,6 +143,28 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
         )
     text += "\n"
     return text
+
+
+def between_rows(rank: RankBreakdown) -> list[list[str]]:
+    """The device work vLLM runs between two step annotations (a dense model's logits and
+    sampling on vLLM 0.26) as its own row, and the step with it: a decode step's cost is like for
+    like across models only with it (a MoE model's sampler runs inside the annotation)."""
+    between = rank.between_steps
+    if not between or not between.device_ms_per_step:
+        return []
+    calls = sum(figures.calls_per_step for figures in between.categories.values())
+    total = rank.device_ms_per_step + between.device_ms_per_step
+    return [
+        [
+            "**+ between steps** (outside the annotation)",
+            fmt(calls, 1),
+            "",
+            "",
+            fmt(between.device_ms_per_step, 3),
+            f"+{between.device_ms_per_step / rank.device_ms_per_step * 100:.1f}" if rank.device_ms_per_step else "",
+        ],
+        ["**decode step with it**", "", "", "", fmt(total, 3), ""],
+    ]
 
 
 def input_notes(analysis: Breakdown, rules: str = "tasks/analysis/rules.toml") -> list[str]:

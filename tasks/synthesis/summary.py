@@ -30,6 +30,13 @@ def summary_section(figures: KeyFigures) -> str:
             f" {cat.share_pct:.1f}% of decode device time ({cat.calls_per_step:.0f} calls"
             f" a step, {cat.mean_us_per_call:.1f} µs a call, {cat.ms_per_step:.3f} ms a step)." + tail_note(cat)
         )
+        between = rank0.between_steps.device_ms_per_step if rank0.between_steps else 0.0
+        if between:
+            lines.append(
+                f"- A decode step's device work on rank 0 is {rank0.device_ms_per_step:.3f} ms inside vLLM's step"
+                f" annotation and {between:.3f} ms between annotations (logits and sampling),"
+                f" {rank0.device_ms_per_step + between:.3f} ms in all; the shares are of the annotated step."
+            )
         if comm and comm.calls_per_step and dominant != Category.COMMUNICATION:
             lines.append(
                 f"- Communication is {comm.share_pct:.1f}% of decode device time:"
