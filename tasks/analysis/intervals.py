@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.analysis.categories import Category
-
 
 def _ci95_ms(per_step_us: np.ndarray) -> float | None:
     """Half-width of the 95% interval of a mean over steps (1.96 standard errors), in ms: the
@@ -19,12 +17,13 @@ def _ci95_ms(per_step_us: np.ndarray) -> float | None:
 def _cpu_ops(columns, classify) -> tuple[np.ndarray, ...]:  # noqa: ANN001 - Columns, Classifier
     """CPU op time, each microsecond counted once. CPU ops nest (a torch.compile graph call >
     aten::linear > aten::addmm): an op a rule matches counts whole, under its category, unless it
-    is inside another matched op; an op no rule matches counts only its own time outside its
-    children, as "other" (and is listed), so it neither vanishes nor swallows what it wraps.
+    is inside another matched op; an op an `own_time` rule matches counts only its own time
+    outside its children, under that rule's category, and an op no rule matches the same way as
+    "other" (and is listed), so neither vanishes nor swallows what it wraps.
     Returns (ts, counted µs, name ids, busy µs): busy is the whole span of ops at the top of
     their thread, for the union of busy time."""
     ts, dur, names = columns.arrays("cpu")
-    matched_name = np.array([classify(name) != Category.OTHER for name in columns.names] or [False], dtype=bool)
+    matched_name = np.array([classify.counts_whole(name) for name in columns.names] or [False], dtype=bool)
     matched = matched_name[names] if len(names) else np.zeros(0, dtype=bool)
     counted = np.zeros(len(ts))
     busy = np.zeros(len(ts))

@@ -26,6 +26,9 @@ CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 class RuleSpec(msgspec.Struct, forbid_unknown_fields=True):
     category: str
     patterns: list[str]
+    own_time: bool = False
+    """A CPU op it matches counts only its own time (outside its children) under the category,
+    so a wrapper (torch.compile's graph call) is named without swallowing the ops inside it."""
 
 
 class RulesDocument(msgspec.Struct, forbid_unknown_fields=True):
@@ -85,7 +88,7 @@ def _explain(message: str) -> str:
         close = difflib.get_close_matches(key, FIELDS["rule" if index is not None else ""], n=1)
         where = f"[[rule]] #{int(index) + 1} key '{key}'" if index is not None else f"key '{key}'"
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"{where}: unknown key{hint}; a [[rule]] has category and patterns, the file a categories list"
+        return f"{where}: unknown key{hint}; a [[rule]] has category, patterns and own_time, the file a categories list"
     at = re.search(r"at `\$\.rule\[(\d+)\]\.?(\w*)`", message)
     where = f"[[rule]] #{int(at[1]) + 1}" + (f" key '{at[2]}'" if at and at[2] else "") if at else "the file"
     return f"{where}: {message.split(' - at ')[0]}; each [[rule]] needs category and patterns"
