@@ -36,91 +36,72 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             "percentiles",
         }
     )
-    return (
-        [
-            TaskSpec(
-                MACRO_SINGLE,
-                "Measure single-stream TPOT (sequential requests after warmup)",
-                "macro",
-                single_stream(session),
-                depends_on=(SERVICE_READY,),
-                needs=("service",),
-                optional=(MODEL_FACTS,),
-                priority=Priority.high,
-                inputs={
-                    "macro": {k: v for k, v in macro.items() if k != "concurrency_max" and k != "requests_per_level"}
-                },
-            ),
-            TaskSpec(
+    cfg = session.config.macro
+
+    def serving(ref, content: str, action, after, inputs: dict) -> TaskSpec:  # noqa: ANN001
+        """A serving todo: on the campaign's server, after ``after``; its load client reads the
+        model facts (the prompt vocabulary), which the server's readiness already waited for."""
+        return TaskSpec(
+            ref,
+            content,
+            "macro",
+            action,
+            depends_on=(after,),
+            needs=("service",),
+            optional=(MODEL_FACTS,),
+            priority=Priority.high,
+            inputs={"macro": inputs},
+        )
+
+    single_inputs = {k: v for k, v in macro.items() if k not in ("concurrency_max", "requests_per_level")}
+    specs = [
+        serving(
+            MACRO_SINGLE,
+            "Measure single-stream TPOT (sequential requests after warmup)",
+            single_stream(session),
+            SERVICE_READY,
+            single_inputs,
+        ),
+        serving(
+            MACRO_SWEEP,
+            "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
+            sweep(session),
+            MACRO_SINGLE,
+            macro,
+        ),
+    ]
+    if cfg.request_rates:
+        rate_keys = {"request_rates", "burstiness", "rate_max_concurrency"}
+        specs.append(
+            serving(
+                MACRO_RATES,
+                "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
+                rate_sweep(session),
                 MACRO_SWEEP,
-                "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
-                "macro",
-                sweep(session),
-                depends_on=(MACRO_SINGLE,),
-                needs=("service",),
-                optional=(MODEL_FACTS,),
-                priority=Priority.high,
-                inputs={"macro": macro},
-            ),
-        ]
-        + (
-            [
-                TaskSpec(
-                    MACRO_RATES,
-                    "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
-                    "macro",
-                    rate_sweep(session),
-                    depends_on=(MACRO_SWEEP,),
-                    needs=("service",),
-                    optional=(MODEL_FACTS,),
-                    priority=Priority.high,
-                    inputs={
-                        "macro": {
-                            **macro,
-                            **session.config.macro.model_dump(
-                                include={"request_rates", "burstiness", "rate_max_concurrency"}
-                            ),
-                        }
-                    },
-                )
-            ]
-            if session.config.macro.request_rates
-            else []
+                {**macro, **cfg.model_dump(include=rate_keys)},
+            )
         )
-        + (
-            [
-                TaskSpec(
-                    MACRO_SLO_SEARCH,
-                    "Search the highest request rate that meets the SLOs (goodput)",
-                    "macro",
-                    slo_search(session),
-                    depends_on=(MACRO_SWEEP,),
-                    needs=("service",),
-                    optional=(MODEL_FACTS,),
-                    priority=Priority.high,
-                    inputs={
-                        "macro": {
-                            **macro,
-                            **session.config.macro.model_dump(
-                                include={
-                                    "burstiness",
-                                    "rate_max_concurrency",
-                                    "slo_ttft_ms",
-                                    "slo_tpot_ms",
-                                    "slo_e2e_ms",
-                                    "slo_met_pct",
-                                    "slo_search_runs",
-                                    "slo_search_start_rate",
-                                }
-                            ),
-                        }
-                    },
-                )
-            ]
-            if session.config.macro.slo_search
-            else []
+    if cfg.slo_search:
+        search_keys = {
+            "burstiness",
+            "rate_max_concurrency",
+            "slo_ttft_ms",
+            "slo_tpot_ms",
+            "slo_e2e_ms",
+            "slo_met_pct",
+            "slo_search_runs",
+            "slo_search_start_rate",
+        }
+        specs.append(
+            serving(
+                MACRO_SLO_SEARCH,
+                "Search the highest request rate that meets the SLOs (goodput)",
+                slo_search(session),
+                MACRO_SWEEP,
+                {**macro, **cfg.model_dump(include=search_keys)},
+            )
         )
-    )
+    return specs
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
