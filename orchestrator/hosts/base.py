@@ -89,14 +89,14 @@ class Host(ABC):
             command = f"export {exports}; {command}"
         if cwd:
             command = f"cd {shlex.quote(cwd)} && {command}"
+        shown = command  # without env_setup, which may export a token: never in an error or a log
         if self.env_setup:
             command = (
-                f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed:'"
-                f" {shlex.quote(self.env_setup)} >&2; exit 97; }}\n{command}"
+                f"{{ {self.env_setup}\n}} || {{ echo 'orchestrate: host.env_setup failed (its exit status was"
+                f" not 0); run the [host] env_setup line by hand on the host to see why' >&2; exit 97; }}\n{command}"
             )
         result = self._exec(command, timeout_s, on_stderr_line)
         if check and result.exit_code != 0:
-            shown = command
             for secret in [*(env or {}).values(), *redact]:
                 if len(secret) >= 4:
                     shown = shown.replace(secret, "***")
@@ -127,7 +127,9 @@ class Host(ABC):
             inner = f"cd {shlex.quote(cwd)} && exec {inner}"
         else:
             inner = f"exec {inner}"
+        # umask 077: the log holds the server's output (paths, prompts, what env_setup printed): 0600.
         script = (
+            "umask 077\n"
             f'mkdir -p "$(dirname {shlex.quote(log_path)})" "$(dirname {shlex.quote(pid_path)})" || exit 1\n'
             # Job control on: the background job below becomes its own process group.
             f"set -m; ( trap '' HUP; exec sh -c {shlex.quote(inner)} ) > {shlex.quote(log_path)} 2>&1 < /dev/null & "

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from tasks.redaction import redacted_env
 from tasks.models import Section
 
 GRID_OPTION = "grid"
@@ -85,7 +86,7 @@ class Change:
 
     def describe(self) -> str:
         parts = [" ".join(self.extra_args)] if self.extra_args else []
-        parts += [f"{k}={v}" for k, v in self.env]
+        parts += [f"{k}={v}" for k, v in redacted_env(dict(self.env)).items()]  # values may be tokens
         if self.model:
             parts.append(f"model {self.model}")
         if self.tensor_parallel:

@@ -17,6 +17,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.schema import Priority
 from tasks.host.config import HostSection, NodeSection
+from tasks.redaction import redacted_shell
 from tasks.host.results import HOST_FACTS, HostFacts, NodeFacts
 from tasks.session import Session
 from tasks.unit import PhaseUnit
@@ -97,8 +98,9 @@ def host_identity(config: Any) -> dict[str, Any]:
     identity = config.host.model_dump(
         include={"kind", "alias", "hostname", "port", "user", "workdir", "python", "accelerator", "env_setup"}
     )
-    nodes = getattr(config, "nodes", [])
-    return identity | ({"nodes": [node.model_dump() for node in nodes]} if nodes else {})
+    identity["env_setup"] = redacted_shell(identity["env_setup"])  # it may export a token
+    nodes = [node.model_dump() | {"env_setup": redacted_shell(node.env_setup)} for node in getattr(config, "nodes", [])]
+    return identity | ({"nodes": nodes} if nodes else {})
 
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:

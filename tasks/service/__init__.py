@@ -13,7 +13,7 @@ from typing import Any
 
 from orchestrator.campaign import Need, TaskContext, TaskSpec
 from orchestrator.schema import Priority
-from tasks.config import redacted_env
+from tasks.redaction import redacted_env
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
 from tasks.service.config import ServiceSection
