@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.redaction import redacted_env
 from tasks.models import Section
+from tasks.redaction import redacted_env
 
 GRID_OPTION = "grid"
 """The option a grid point stands for: a server-parameter sweep, not a decision option."""

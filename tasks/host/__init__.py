@@ -17,8 +17,8 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
 from orchestrator.schema import Priority
 from tasks.host.config import HostSection, NodeSection
-from tasks.redaction import redacted_shell
 from tasks.host.results import HOST_FACTS, HostFacts, NodeFacts
+from tasks.redaction import redacted_shell
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from orchestrator.campaign import Need, TaskContext, TaskSpec
 from orchestrator.schema import Priority
-from tasks.redaction import redacted_env
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
+from tasks.redaction import redacted_env
 from tasks.service.config import ServiceSection
 from tasks.service.results import SERVICE_READY, ServiceFacts, ServiceReady
 from tasks.session import Session
