@@ -67,6 +67,7 @@ def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:
             config=config,
             state_path=state_path,
             reports_dir=reports_dir,
+            config_file=source if source != "embedded default" else "campaign.toml",
             host_factory=lambda: host_for(config),
             node_host_factory=lambda index: host_for(config, index),
         )

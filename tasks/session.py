@@ -40,6 +40,8 @@ class Session:
     reports_dir: Path
     host_factory: Callable[[], Host]
     """Builds the transport on first use; the application chooses it (local or SSH)."""
+    config_file: str = "campaign.toml"
+    """The config file the campaign came from, as errors name it (`--config other.toml`)."""
     enabled: frozenset[str] = frozenset()
     """The names of the units this campaign runs (asked for, and what they require)."""
     node_host_factory: Callable[[int], Host] | None = None

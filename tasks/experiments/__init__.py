@@ -11,6 +11,7 @@ experiments.
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,11 @@ def rules_of(session: Session) -> Any:
     from tasks.synthesis.decisions import RULES_PATH, load_rules
 
     chosen = session.config.campaign.decision_rules
+    if chosen and not Path(chosen).is_file():
+        raise InputError(
+            f"{session.config_file}: field 'campaign.decision_rules': {chosen} is not a file;"
+            " name a decision rules TOML file, or leave it out for the shipped one"
+        )
     return load_rules(Path(chosen) if chosen else RULES_PATH)
 
 
@@ -73,17 +79,17 @@ def configured(session: Session) -> tuple[list[Experiment], dict[str, Experiment
     explicit: list[Experiment] = []
     for index, entry in enumerate(listed):
         if entry.grid is not None:
-            explicit += expand(entry, index)
+            explicit += expand(entry, index, session.config_file)
             continue
         if entry.option == GRID_OPTION:
             raise InputError(
-                f"campaign.toml: field 'experiments.{index}.option': missing; name the decision"
+                f"{session.config_file}: field 'experiments.{index}.option': missing; name the decision"
                 f" option it applies (known: {', '.join(rules.specs)}), or give a grid"
             )
         option = rules.specs.get(entry.option)
         if option is None:
             raise InputError(
-                f"campaign.toml: field 'experiments.{index}.option': '{entry.option}' is not an option"
+                f"{session.config_file}: field 'experiments.{index}.option': '{entry.option}' is not an option"
                 f" of {rules.path.name} (known: {', '.join(rules.specs)})"
             )
         given = Change(
@@ -92,14 +98,14 @@ def configured(session: Session) -> tuple[list[Experiment], dict[str, Experiment
         change, why = (given, "") if not given.empty else _default_change(option, tp)
         if change is None:
             raise InputError(
-                f"campaign.toml: field 'experiments.{index}': option '{entry.option}' has no default"
+                f"{session.config_file}: field 'experiments.{index}': option '{entry.option}' has no default"
                 f" change ({why}); give extra_args, env, model or tensor_parallel"
             )
         explicit.append(Experiment(entry.name or entry.option, entry.option, change, entry.capture, entry.serving))
     names = [e.name for e in explicit]
     if len(set(names)) != len(names):
         raise InputError(
-            "campaign.toml: field 'experiments': two experiments are named"
+            f"{session.config_file}: field 'experiments': two experiments are named"
             f" '{next(n for n in names if names.count(n) > 1)}'; give one a `name`"
         )
     candidates, not_applicable = {}, {}
@@ -139,9 +145,29 @@ def _base_ids(session: Session, enabled: frozenset[str], units: dict[str, PhaseU
     ]
 
 
+def check_campaign_inputs(session: Session) -> None:
+    """The campaign section's files and names, checked when the campaign is built (so `init` and
+    `check` refuse them, exit 2, before any server starts): the decision rules load (every
+    formula's names known), `applied_option` is one of their options, `baseline` exists."""
+    rules = rules_of(session)
+    campaign, where = session.config.campaign, session.config_file
+    if campaign.applied_option is not None and campaign.applied_option not in rules.specs:
+        close = difflib.get_close_matches(campaign.applied_option, list(rules.specs), n=1)
+        raise InputError(
+            f"{where}: field 'campaign.applied_option': '{campaign.applied_option}' is not an option of"
+            f" {rules.path.name} ({f'did you mean {close[0]!r}?' if close else 'known: ' + ', '.join(rules.specs)})"
+        )
+    if campaign.baseline is not None and not Path(campaign.baseline).exists():
+        raise InputError(
+            f"{where}: field 'campaign.baseline': {campaign.baseline} does not exist; name a todo file,"
+            " a reports/<campaign> folder or its baseline.json"
+        )
+
+
 def _specs(session: Session, enabled: frozenset[str], units: dict[str, PhaseUnit]) -> list[TaskSpec]:
     from tasks.experiments.record import decision_record_action
 
+    check_campaign_inputs(session)
     explicit, candidates, _ = configured(session)
     if not explicit and not candidates:
         return []

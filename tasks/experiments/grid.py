@@ -32,9 +32,9 @@ def point_change(base: Change, point: dict[str, Any]) -> Change:
     return Change(tuple(args), base.env, base.model, tp)
 
 
-def expand(entry: ExperimentConfig, index: int) -> list[Experiment]:
+def expand(entry: ExperimentConfig, index: int, config_file: str = "campaign.toml") -> list[Experiment]:
     """Every combination of the grid's values, in order, each named <name>_<n>."""
-    field = f"campaign.toml: field 'experiments.{index}"
+    field = f"{config_file}: field 'experiments.{index}"
     grid = entry.grid or {}
     if not entry.name:
         raise InputError(f"{field}.name': a grid needs a name (its points are <name>_1, <name>_2, ...)")

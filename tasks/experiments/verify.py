@@ -18,10 +18,8 @@ from tasks.experiments.results import DecisionRecord
 from tasks.macro.results import LevelSummary
 from tasks.model.results import MODEL_FACTS
 from tasks.synthesis.figures import KeyFigures, key_figures
+from tasks.synthesis.vocabulary import provenance
 from tasks.view import Findings
-
-DERIVED_FROM_ASSUMPTIONS = {"spec_expected_tokens": "spec_accept_rate and spec_tokens"}
-"""Figures the rules compute from stated assumptions: assumed too, until measured."""
 
 
 @dataclass
@@ -183,7 +181,7 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
         name
         for name in option.inputs
         if name not in measured
-        and (name in record.assumptions or name in DERIVED_FROM_ASSUMPTIONS)
+        and provenance(name, record.figures, record.assumptions).startswith("assumed")
         and matters(option.formula, figures, name)
     )
     missing = [

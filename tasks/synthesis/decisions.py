@@ -10,8 +10,7 @@ still show what that is.
 
 from __future__ import annotations
 
-import ast
-import operator
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,118 +19,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import InputError
+from tasks.synthesis.formula import Outcome, evaluate, explain, fmt_figure, fmt_ms, formula_names, matters, unknown_name
+from tasks.synthesis.vocabulary import DERIVED_FROM_ASSUMPTIONS, FIGURES, variant_names
+
+__all__ = ["evaluate", "fmt_figure", "fmt_ms", "matters"]  # re-exported: the record's readers use them
 
 RULES_PATH = Path(__file__).with_name("decision_rules.toml")
-_COMPARE = {
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-}
-_ARITHMETIC = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-}
-_FUNCTIONS = {"min": min, "max": max, "abs": abs}
 DEFAULT_MIN_GAIN_PCT = 3.0
-
-
-@dataclass
-class Outcome:
-    """An expression's value and, for conditions, the clause that decided it (with its figures)."""
-
-    value: Any
-    clause: str = ""
-
-
-class _Evaluator:
-    def __init__(self, source: str, figures: dict[str, float | None]) -> None:
-        self.source, self.figures = source, figures
-        self.names: list[str] = []
-
-    def text(self, node: ast.AST) -> str:
-        segment = ast.get_source_segment(self.source, node) or ""
-        used = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in _FUNCTIONS})
-        return segment + (
-            " (" + ", ".join(f"{n} = {fmt_figure(self.figures.get(n))}" for n in used) + ")" if used else ""
-        )
-
-    def run(self, node: ast.AST) -> Outcome:
-        if isinstance(node, ast.BoolOp):
-            parts = [self.run(v) for v in node.values]
-            decisive = False if isinstance(node.op, ast.And) else True
-            for part in parts:
-                if part.value is decisive:
-                    return part
-            unknown = [p for p in parts if p.value is None]
-            if unknown:
-                return Outcome(None, unknown[0].clause)
-            return Outcome(not decisive, "; ".join(p.clause for p in parts))
-        if isinstance(node, ast.Compare):
-            left = self.run(node.left).value
-            holds: bool | None = True
-            for op, right_node in zip(node.ops, node.comparators, strict=True):
-                right = self.run(right_node).value
-                if left is None or right is None:
-                    holds = None
-                    break
-                if not _COMPARE[type(op)](left, right):
-                    holds = False
-                    break
-                left = right
-            return Outcome(holds, self.text(node))
-        if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
-            left, right = self.run(node.left).value, self.run(node.right).value
-            if isinstance(node.op, ast.Mult) and 0 in (left, right):
-                return Outcome(0.0)  # zero times anything, measured or not (no MoE layer: no gain)
-            if left is None or right is None:
-                return Outcome(None)
-            try:
-                return Outcome(_ARITHMETIC[type(node.op)](left, right))
-            except (ZeroDivisionError, OverflowError):
-                return Outcome(None)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            value = self.run(node.operand).value
-            return Outcome(None if value is None else -value)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
-            values = [self.run(a).value for a in node.args]
-            return Outcome(None if None in values or not values else _FUNCTIONS[node.func.id](*values))
-        if isinstance(node, ast.Name):
-            if node.id not in self.figures:
-                raise KeyError(node.id)
-            self.names.append(node.id)
-            return Outcome(self.figures[node.id], self.text(node))
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return Outcome(node.value)
-        raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
-
-
-def evaluate(expression: str, figures: dict[str, float | None]) -> Any:
-    """A condition or arithmetic of figure names and numbers; None where a figure it needs is
-    missing (a condition is still False or True where the known clauses decide it)."""
-    return explain(expression, figures)[0].value
-
-
-def matters(expression: str, figures: dict[str, float | None], name: str) -> bool:
-    """Whether ``name`` changes the expression's value here (a MoE term on a dense model does
-    not): an input that cannot change the gain is neither assumed nor missing."""
-    try:
-        values = {evaluate(expression, figures | {name: value}) for value in (1.0, 2.0)}
-    except (KeyError, ValueError, SyntaxError):
-        return True
-    return len(values) > 1 or values == {None}
-
-
-def explain(expression: str, figures: dict[str, float | None]) -> tuple[Outcome, list[str]]:
-    """The expression's outcome and the figure names it read."""
-    evaluator = _Evaluator(expression, figures)
-    outcome = evaluator.run(ast.parse(expression, mode="eval").body)
-    return outcome, list(dict.fromkeys(evaluator.names))
 
 
 @dataclass
@@ -213,6 +107,7 @@ def load_rules(path: Path = RULES_PATH) -> Rules:
         parsed = RulesFile.model_validate(document)
     except ValidationError as err:
         raise InputError(rules_error(path, document, err)) from None
+    check_vocabulary(path, parsed)
     ids = [option.id for option in parsed.option]
     if len(set(ids)) != len(ids):
         raise InputError(
@@ -226,6 +121,47 @@ def load_rules(path: Path = RULES_PATH) -> Rules:
         path,
         {option.id: option for option in parsed.option},
     )
+
+
+def check_vocabulary(path: Path, parsed: RulesFile) -> None:
+    """Every formula reads only the declared figures and the file's own assumptions; every
+    `measured` key is an input of its option's formula; assumptions are finite numbers, rates in
+    [0, 1). Checked at load, so `init` and `check` refuse a misspelt name (exit 2)."""
+    for name, value in parsed.assumptions.items():
+        if not math.isfinite(value):
+            raise InputError(f"{path}: assumptions.{name}: {value} is not a finite number; give a number")
+        if name.endswith("_rate") and not 0 <= value < 1:
+            raise InputError(f"{path}: assumptions.{name}: {value:g} is a rate, so in [0, 1); fix it")
+    base = set(FIGURES) | set(parsed.assumptions)
+    for option in parsed.option:
+        read: set[str] = set()
+        for key in ("when", "gain_ms"):
+            where = f"option '{option.id}' key '{key}'"
+            expression = getattr(option, key)
+            names = formula_names(path, where, expression) if expression.strip() else set()
+            for name in sorted(names - base):
+                raise unknown_name(path, where, name, base)
+            read |= names
+        for name in sorted(read & set(DERIVED_FROM_ASSUMPTIONS)):
+            for needed in DERIVED_FROM_ASSUMPTIONS[name]:
+                if needed not in parsed.assumptions:
+                    raise InputError(
+                        f"{path}: option '{option.id}': '{name}' is computed from the assumption '{needed}',"
+                        " which [assumptions] does not give; add it"
+                    )
+        for name, expression in option.measured.items():
+            where = f"option '{option.id}' key 'measured.{name}'"
+            if name not in read:
+                raise InputError(
+                    f"{path}: {where}: '{name}' is no input of this option's when/gain_ms"
+                    f" ({', '.join(sorted(read)) or 'none'}); name one of them"
+                )
+            for unknown in sorted(formula_names(path, where, expression) - base - variant_names()):
+                raise unknown_name(path, where, unknown, base | variant_names())
+        if option.apply is not None and isinstance(option.apply.tensor_parallel, str):
+            where = f"option '{option.id}' key 'apply.tensor_parallel'"
+            for unknown in sorted(formula_names(path, where, option.apply.tensor_parallel) - {"tp"}):
+                raise InputError(f"{path}: {where}: unknown name '{unknown}'; it may read only tp")
 
 
 def rules_error(path: Path, document: dict[str, Any], err: ValidationError) -> str:
@@ -310,18 +246,6 @@ def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
         option.rank = rank
     order = {"prioritised": 0, "left to investigate": 1, "not pursued": 2, "rejected": 3, "not applicable": 4}
     return sorted(record, key=lambda o: (order[o.decision], -(o.gain_ms if o.gain_ms is not None else -1e9)))
-
-
-def fmt_figure(value: float | None) -> str:
-    if value is None:
-        return "not measured"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.4g}"
-    return str(int(value)) if isinstance(value, float) else str(value)
-
-
-def fmt_ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:+.3f}"
 
 
 def campaign_rules(findings: Any) -> Rules:

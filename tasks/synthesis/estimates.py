@@ -19,7 +19,8 @@ from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
 from tasks.synthesis.figures import KeyFigures, w4a16_speedup
-from tasks.synthesis.reconcile import predict_gemm, predict_gemm_as_w4a16
+from tasks.synthesis.reconcile import W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
+from tasks.synthesis.vocabulary import MEASURED_IN_PLACE
 
 BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "w4a16": 0.5}
 GPU_MEMORY_USABLE = 0.9
@@ -53,10 +54,31 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["step_wall_ms"] = figures.rank0.wall_ms_per_step if figures.rank0 else None
     out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     out["fits_half_tp"] = _fits_half_tp(figures)
+    out["moe_w4a16_time_ratio_micro"] = moe_w4a16_ratio(figures)
     out.update(assumptions)
+    for assumption, figure in MEASURED_IN_PLACE.items():
+        if assumption in assumptions and out.get(figure) is not None:
+            out[assumption] = out[figure]  # no assumption where the campaign measured it
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
     out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
     return out
+
+
+def moe_w4a16_ratio(figures: KeyFigures) -> float | None:
+    """One MoE layer's routed experts as W4A16 / bf16, from the GEMM micro's `experts_fused` rows
+    (vLLM's fused_marlin_moe against its Triton fused_moe, routing drawn at random), at the timed
+    batch nearest the captured step's tokens; None where the micro did not time both formats."""
+    if figures.gemm is None:
+        return None
+    by_m: dict[int, dict[str, float]] = {}
+    for row in figures.gemm.rows:
+        if row.name.removesuffix(W4A16_COMPARISON) == "experts_fused" and row.us:
+            by_m.setdefault(row.m, {})[row.dtype] = row.us
+    both = {m: v["w4a16"] / v["bf16"] for m, v in by_m.items() if "w4a16" in v and "bf16" in v}
+    if not both:
+        return None
+    tokens = (figures.rank0.decode_tokens_per_step if figures.rank0 else None) or figures.capture_concurrency
+    return both[min(both, key=lambda m: (abs(m - tokens), m))]
 
 
 def category_ms(figures: KeyFigures, category: str) -> float | None:

@@ -14,6 +14,7 @@ from tasks.synthesis.decisions import Option, Rules, fmt_figure, fmt_ms
 from tasks.synthesis.estimates import rule_figures
 from tasks.synthesis.figures import KeyFigures
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
+from tasks.synthesis.vocabulary import provenance
 from tasks.view import Findings, fmt
 
 ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
@@ -25,7 +26,10 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     from tasks.synthesis.decisions import evaluate
 
     lines = []
+    measured = rule_figures(figures, rules.assumptions)
     for name, value in rules.assumptions.items():
+        if provenance(name, measured, rules.assumptions) != "assumed":
+            continue  # measured here: no sensitivity to an assumption the formula does not use
         if name not in option.inputs and not set(ASSUMPTION_USERS.get(name, ())) & set(option.inputs):
             continue
         gains = []
@@ -50,7 +54,10 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
             o.title,
             fmt_ms(o.gain_ms),
             "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
-            f"`{o.gain_formula}` with " + ", ".join(f"{k} = {fmt_figure(v)}" for k, v in o.inputs.items()),
+            f"`{o.gain_formula}` with "
+            + ", ".join(
+                f"{k} = {fmt_figure(v)} ({provenance(k, values, rules.assumptions)})" for k, v in o.inputs.items()
+            ),
             f"**{o.decision}**: {o.reason}",
         ]
         for o in record

@@ -1,0 +1,93 @@
+"""The names a decision rule's formulas may use, declared once: each figure the campaign measures
+or derives (its unit is in its name), what it means, and which todo measures it. The rules file's
+header documents the same names (a test checks the two agree), and the loader refuses a formula
+that names anything else, so a misspelt name is exit 2 at `init`/`check`, not a silent "left to
+investigate" after the campaign ran."""
+
+from __future__ import annotations
+
+from tasks.allreduce.results import ALLREDUCE_BENCH
+from tasks.analysis.results import ANALYSIS_BREAKDOWN
+from tasks.gemm.results import GEMM_BENCH
+from tasks.host.results import HOST_FACTS
+from tasks.macro.results import MACRO_SINGLE, MACRO_SWEEP
+from tasks.model.results import MODEL_FACTS
+
+MODEL, HOST, SINGLE, SWEEP = MODEL_FACTS.id, HOST_FACTS.id, MACRO_SINGLE.id, MACRO_SWEEP.id
+GEMM, ALLREDUCE, TRACE = GEMM_BENCH.id, ALLREDUCE_BENCH.id, ANALYSIS_BREAKDOWN.id
+
+FIGURES: dict[str, tuple[str, str]] = {
+    # name: (meaning, the todo that measures it)
+    "tp": ("tensor-parallel size", MODEL),
+    "cuda": ("1 on an NVIDIA GPU host, 0 elsewhere", HOST),
+    "quantized": ("1 when the model's weights are not bf16", MODEL),
+    "tpot_ms": ("TPOT at the capture's concurrency without the profiler (else with it)", SWEEP),
+    "tpot_spread_pct": ("TPOT's spread over the repeats at that level, % of the median", SWEEP),
+    "decode_tpot_ms": ("single-stream TPOT", SINGLE),
+    "w4a16_vs_bf16_speedup": ("median over M=1 dense shapes of bf16 / W4A16 time", GEMM),
+    "comm_ms": ("communication ms a decode step, rank 0", TRACE),
+    "gemm_ms": ("dense GEMM ms a decode step, rank 0", TRACE),
+    "attention_ms": ("attention ms a decode step, rank 0", TRACE),
+    "moe_ms": ("MoE expert ms a decode step, rank 0", TRACE),
+    "comm_share_pct": ("communication % of a decode step", TRACE),
+    "gemm_share_pct": ("GEMM % of a decode step", TRACE),
+    "attention_share_pct": ("attention % of a decode step", TRACE),
+    "moe_share_pct": ("MoE % of a decode step", TRACE),
+    "comm_typical_ms": ("collective calls a step x their p50", TRACE),
+    "comm_wait_ms": ("comm_ms minus comm_typical_ms (waiting)", TRACE),
+    "comm_wait_min_rank_ms": ("the least waiting of any rank", TRACE),
+    "ar_calls": ("all-reduces a decode step", TRACE),
+    "ar_trace_p50_us": ("a traced all-reduce's p50", TRACE),
+    "ar_micro_us": ("the server's all-reduce at the step's message size", ALLREDUCE),
+    "ar_best_us": ("the fastest measured all-reduce implementation at that size", ALLREDUCE),
+    "ar_alternatives": ("all-reduce implementations measured besides the server's", ALLREDUCE),
+    "a2a_estimate_us": ("all-to-all dispatch estimated as the all-reduce at the dispatched bytes", ALLREDUCE),
+    "w4a16_gemm_delta_ms": ("dense GEMMs a step in the model's format minus as W4A16", GEMM),
+    "moe_w4a16_time_ratio_micro": (
+        "one MoE layer's routed experts as W4A16 (Marlin-MoE) / bf16 at the step's tokens",
+        GEMM,
+    ),
+    "spec_verify_extra_ms": ("dense GEMMs at M x (spec_tokens + 1) minus at M", GEMM),
+    "weight_floor_ms": ("weight bytes a step / the measured copy bandwidth", GEMM),
+    "moe_layers": ("MoE layers of the model", MODEL),
+    "layers": ("layers of the model", MODEL),
+    "kv_read_ms": ("KV-cache bytes a decode step reads / the copy bandwidth", GEMM),
+    "step_wall_ms": ("a decode step's wall time in the trace", TRACE),
+    "device_ms": ("a decode step's device work", TRACE),
+    "fits_half_tp": ("1 when the weights at TP/2 fit a GPU's usable memory", HOST),
+    "spec_expected_tokens": ("(1 - a^(k+1)) / (1 - a), a = spec_accept_rate, k = spec_tokens", "(assumed)"),
+}
+"""Every figure `rule_figures` gives (besides the rules file's own [assumptions])."""
+
+DERIVED_FROM_ASSUMPTIONS = {"spec_expected_tokens": ("spec_accept_rate", "spec_tokens")}
+"""Figures the rules compute from stated assumptions: assumed too, until measured."""
+
+VARIANT_ONLY = {
+    "x_spec_mean_acceptance_length": "the variant's mean accepted tokens a speculative step (vLLM's counters)",
+    "x_spec_drafts": "the variant's speculative drafts",
+}
+"""Names only an experiment's variant has; every figure above also exists as x_<name> after one."""
+
+MEASURED_IN_PLACE = {"moe_w4a16_time_ratio": "moe_w4a16_time_ratio_micro"}
+"""Assumptions the campaign measures where it can: the measurement stands in the formula in the
+assumption's place, and the findings say so; the assumption is used only where it is not measured."""
+
+FUNCTIONS = frozenset({"min", "max", "abs"})
+
+
+def provenance(name: str, figures: dict[str, float | None], assumptions: dict[str, float]) -> str:
+    """Where a formula input came from: measured (by which todo), or assumed (the rules file)."""
+    measured_by = MEASURED_IN_PLACE.get(name)
+    if measured_by is not None and figures.get(measured_by) is not None:
+        return f"measured: {FIGURES[measured_by][1]}, in place of the assumed {assumptions.get(name)}"
+    if name in assumptions:
+        return "assumed"
+    if name in DERIVED_FROM_ASSUMPTIONS:
+        return "assumed: from " + " and ".join(DERIVED_FROM_ASSUMPTIONS[name])
+    if name in FIGURES:
+        return "measured: " + FIGURES[name][1]
+    return "measured by the experiment" if name.startswith("x_") else "unknown"
+
+
+def variant_names() -> frozenset[str]:
+    return frozenset(f"x_{name}" for name in FIGURES) | frozenset(VARIANT_ONLY)
