@@ -77,13 +77,19 @@ def opener(units: list[PhaseUnit]) -> cli.CampaignOpener:
 
 
 def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) -> int:
-    if units is None:
-        from tasks.registry import UNITS
+    try:
+        # The units read the files users edit (tasks/analysis/rules.toml) when they load: a
+        # mistake there is one line and exit 2, as for any input, --version included.
+        if units is None:
+            from tasks.registry import UNITS
 
-        units = UNITS
-    from tasks.analysis.analyze_command import ANALYZE
-    from tasks.experiments.ledger import LEDGER
-    from tasks.synthesis.compare_command import COMPARE
+            units = UNITS
+        from tasks.analysis.analyze_command import ANALYZE
+        from tasks.experiments.ledger import LEDGER
+        from tasks.synthesis.compare_command import COMPARE
+    except InputError as err:
+        print(f"orchestrate: error: {err}", file=sys.stderr)
+        return err.exit_code
 
     return cli.main(
         argv,

@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict
 class Section(BaseModel):
     """A `campaign.toml` section: unknown keys are errors."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: TOML has types, and a value of the wrong one is a mistake, not something to coerce
+    # (`concurrency_max = true` read as 1 ran only c=1; "8" for a number, 1.5 for a count).
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Result(BaseModel):

@@ -112,9 +112,37 @@ def test_unknown_host_key_is_refused_with_the_fix(sshd, tmp_path: Path) -> None:
             ssh_config=None,
         )
     )
-    with pytest.raises(HostKeyError, match=r"not in .*known_hosts.*ssh-keyscan"):
+    with pytest.raises(HostKeyError, match=rf"not in .*known_hosts.*ssh-keyscan -p {sshd.port} 127\.0\.0\.1 >>"):
         host.run("true")
     assert empty.read_text() == ""  # never auto-added
+
+
+def test_an_identity_file_that_is_not_a_key_is_refused_at_once(sshd, tmp_path: Path) -> None:
+    import time
+
+    from orchestrator.errors import HostError
+
+    public = tmp_path / "id.pub"
+    public.write_text(
+        Path(str(sshd.client_key) + ".pub").read_text()
+        if Path(str(sshd.client_key) + ".pub").exists()
+        else "ssh-ed25519 AAAA x\n"
+    )
+    host = SSHHost(
+        SSHTarget(
+            alias="h",
+            hostname="127.0.0.1",
+            port=sshd.port,
+            user=sshd.user,
+            identity_files=[str(public)],
+            known_hosts=str(sshd.known_hosts),
+            ssh_config=None,
+        )
+    )
+    started = time.monotonic()
+    with pytest.raises(HostError, match=r"id\.pub: not a private key .*identity_file of 'h'"):
+        host.run("true")
+    assert time.monotonic() - started < 5  # not retried as a network error (76 s before)
 
 
 def test_changed_host_key_is_refused(sshd, tmp_path: Path) -> None:

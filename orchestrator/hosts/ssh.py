@@ -67,16 +67,34 @@ def resolve_target(target: SSHTarget) -> SSHTarget:
 
 
 class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
-    def __init__(self, known_hosts: str) -> None:
-        self.known_hosts = known_hosts
+    def __init__(self, known_hosts: str, hostname: str, port: int) -> None:
+        self.known_hosts, self.hostname, self.port = known_hosts, hostname, port
 
     def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
         fingerprint = key.fingerprint  # "SHA256:..."
         raise HostKeyError(
             f"host key of {hostname} ({key.get_name()} {fingerprint}) is not in {self.known_hosts};"
             f" check the fingerprint with the host's owner, then trust it deliberately:"
-            f" ssh-keyscan -p PORT HOST >> {self.known_hosts}"
+            f" ssh-keyscan -p {self.port} {self.hostname} >> {self.known_hosts}"
         )
+
+
+def check_identity_file(identity: str, alias: str) -> None:
+    """A file given as the key must be one: a wrong file is refused at once, naming it, instead of
+    every connection attempt failing as if the network were down. A passphrase-protected key is
+    let through (the agent may hold it)."""
+    path = Path(identity).expanduser()
+    try:
+        paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        return
+    except FileNotFoundError:
+        raise HostError(f"{identity}: no such file (the IdentityFile of '{alias}'); check the path") from None
+    except (paramiko.SSHException, ValueError, OSError, UnicodeDecodeError) as err:
+        raise HostError(
+            f"{identity}: not a private key this can read ({type(err).__name__}: {str(err)[:80]});"
+            f" point IdentityFile / host.identity_file of '{alias}' at the private key (not the .pub)"
+        ) from None
 
 
 class SSHHost(Host):
@@ -95,7 +113,9 @@ class SSHHost(Host):
         known_hosts = str(Path(target.known_hosts).expanduser())
         if os.path.exists(known_hosts):
             client.load_host_keys(known_hosts)
-        client.set_missing_host_key_policy(_RefuseUnknownKey(target.known_hosts))
+        client.set_missing_host_key_policy(_RefuseUnknownKey(target.known_hosts, target.hostname, target.port))
+        for identity in target.identity_files:
+            check_identity_file(identity, target.alias)
         sock = None
         if target.proxy_jump:
             self._jump = SSHHost(

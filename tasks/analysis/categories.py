@@ -24,7 +24,14 @@ REQUIRED = ("communication", "gemm", "attention", "moe")
 def category_enum(path: Path) -> type[StrEnum]:
     """A StrEnum of ``path``'s `categories` list and "other"; it equals (and hashes as) its name,
     so ``categories.get(Category.GEMM)`` reads a stored result's plain-string keys."""
-    declared = tomllib.loads(path.read_text()).get("categories") or []
+    try:
+        declared = tomllib.loads(path.read_text(encoding="utf-8")).get("categories") or []
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot be read ({err}); restore it from the repository") from None
+    if not isinstance(declared, list) or not all(isinstance(name, str) for name in declared):
+        raise InputError(f"{path}: field 'categories': a list of category names; fix it there")
     missing = [name for name in REQUIRED if name not in declared]
     if missing:
         raise InputError(

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from orchestrator.errors import InputError
-from tasks.analysis.categories import OTHER
+from tasks.analysis.categories import OTHER, REQUIRED
 
 CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -65,12 +65,22 @@ def load_rules_document(path: Path) -> RulesDocument:
         if not rule.patterns:
             raise InputError(f"{where} key 'patterns': empty; give at least one regular expression")
         for pattern in rule.patterns:
+            if not pattern.strip() or re.fullmatch(r"\.?[*+]?|\^|\$|\^\$", pattern.strip()):
+                # It matches every name: every kernel would land in this one category.
+                raise InputError(f"{where} key 'patterns': {pattern!r} matches every name; give a kernel name's part")
             try:
                 re.compile(pattern)
             except re.error as error:
                 raise InputError(f"{where} key 'patterns': {pattern!r} is not a regular expression ({error})") from None
     if not rules.rule:
         raise InputError(f"{path}: bad rules file: no [[rule]]; each [[rule]] needs category and patterns")
+    missing = [name for name in REQUIRED if name not in rules.declared()]
+    if missing:
+        # The findings and the summary read these: a renamed one would read 0% silently.
+        raise InputError(
+            f"{path}: field 'categories': lacks {', '.join(missing)}, which the breakdown's summary and"
+            " the findings read; keep those names (add your own categories beside them)"
+        )
     undeclared = sorted({rule.category for rule in rules.rule} - set(rules.declared()))
     if undeclared:
         raise InputError(

@@ -10,8 +10,10 @@ campaigns' decision records show each option's history from it.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -56,26 +58,53 @@ class LedgerRecord(BaseModel):
         return abs(self.calibrated_ms - self.realised_ms) / abs(self.realised_ms)
 
 
+LEDGER_VERSION = 1
+
+
 class Ledger(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = 1
+    version: Literal[1] = LEDGER_VERSION
     records: list[LedgerRecord] = Field(default_factory=list)
 
 
 def load_ledger(path: Path) -> Ledger:
+    """The ledger at ``path`` (empty where there is none); a bad one is one line naming the
+    file and the record, and is never overwritten."""
     if not path.exists():
         return Ledger()
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; the ledger is a JSON file (--ledger names it)")
+    keep = "the ledger is append-only: restore it from a copy or move it away to start a new one"
     try:
-        return Ledger.model_validate_json(path.read_bytes())
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise InputError(
-            f"{path}: field '{'.'.join(str(p) for p in first['loc'])}': {first['msg']}; the ledger"
-            " is append-only: restore it from a copy or move it away to start a new one"
-        ) from None
+        raw = path.read_bytes()
+        document = json.loads(raw)
     except OSError as err:
         raise InputError(f"{path}: cannot be read ({err.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid JSON ({err}); {keep}") from None
+    version = document.get("version") if isinstance(document, dict) else None
+    if isinstance(document, dict) and version != LEDGER_VERSION:
+        raise InputError(
+            f"{path}: field 'version': {version!r} is not a ledger version this orchestrate reads"
+            f" ({LEDGER_VERSION}); use the orchestrate that wrote it, or {keep}"
+        )
+    try:
+        ledger = Ledger.model_validate(document)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = list(first["loc"])
+        where = ".".join(str(p) for p in loc)
+        if len(loc) >= 2 and loc[0] == "records" and isinstance(loc[1], int):
+            records = document.get("records") or []
+            record = records[loc[1]] if loc[1] < len(records) and isinstance(records[loc[1]], dict) else {}
+            where = f"record {loc[1] + 1} ({record.get('id', 'no id')}) field '{'.'.join(str(p) for p in loc[2:])}'"
+        raise InputError(f"{path}: {where}: {first['msg']}; {keep}") from None
+    ids = [record.id for record in ledger.records]
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is not None:
+        raise InputError(f"{path}: record id '{twice}' appears twice; {keep}")
+    return ledger
 
 
 def new_records(path: Path, records: list[LedgerRecord]) -> list[LedgerRecord]:

