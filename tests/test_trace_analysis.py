@@ -65,9 +65,12 @@ def test_compact_json_layout_gives_the_same_answer(tmp_path: Path) -> None:
 
 def test_unmatched_names_land_in_other_and_rules_are_a_data_file(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
-    rules.write_text('[[rule]]\ncategory = "attention"\npatterns = ["sdpa"]\n')
+    rules.write_text(
+        'categories = ["attention", "communication", "gemm", "moe"]\n'
+        '[[rule]]\ncategory = "attention"\npatterns = ["sdpa"]\n'
+    )
     result = analyze_trace(GPU_TRACE, Classifier(rules))
-    assert set(result["categories"]) == {"attention", "other"}
+    assert set(result["categories"]) == {"attention", "communication", "gemm", "moe", "other"}
     assert any("nvjet" in name for name in result["unmatched_names"])
 
 
@@ -187,10 +190,14 @@ def test_every_category_of_the_rules_file_is_in_the_breakdown_and_shares_sum_to_
 def test_a_rule_with_an_undeclared_category_is_one_line(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text(
-        'categories = ["gemm"]\n[[rule]]\ncategory = "gemm"\npatterns = ["gemm"]\n'
+        'categories = ["gemm", "communication", "attention", "moe"]\n[[rule]]\ncategory = "gemm"\npatterns = ["gemm"]\n'
         '[[rule]]\ncategory = "attn"\npatterns = ["flash"]\n'
     )
     with pytest.raises(InputError, match="field 'categories': rules use attn"):
+        Classifier(rules)
+    # A file without a category the findings read would report 0% of it, silently: refused.
+    rules.write_text('[[rule]]\ncategory = "comms"\npatterns = ["nccl"]\n')
+    with pytest.raises(InputError, match="field 'categories': lacks communication, gemm, attention, moe"):
         Classifier(rules)
 
 
