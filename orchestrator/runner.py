@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -135,21 +136,12 @@ class Runner:
             self._requeue_stale(state)
             save_state(self.state_path, state)
             isolated: list[str] = []
-            while (todo := self._next(state, isolated)) is not None:
-                try:
-                    self._run_one(state, todo)
-                    self._grow(state)
-                except ConnectionLost as lost:
-                    # The host went away mid-task; the transport reconnects with backoff, and
-                    # the task (idempotent) runs again within its attempt limit.
-                    self.log(f"[{todo.id}] {lost}; running it again")
-                    todo.status = Status.pending
-                    save_state(self.state_path, state)
-                except OrchestrateError as err:
-                    if not self.specs[todo.id].isolated or todo.status != Status.failed:
-                        raise
-                    isolated.append(f"{todo.id}: {err}")
-                    self.log(f"[{todo.id}] failed: {err}; what depends on it waits for `resume`, the rest goes on")
+            try:
+                self._loop(state, isolated)
+            except (OrchestrateError, KeyboardInterrupt) as err:
+                if not isinstance(err, HostError):  # a lost host cannot be asked what runs there
+                    self._say_left_running()
+                raise
             self._finish(state)
             if isolated:
                 raise TaskFailed(
@@ -157,6 +149,41 @@ class Runner:
                     f" (`orchestrate resume` retries them): {'; '.join(isolated)}"
                 )
             return state
+
+    def _say_left_running(self) -> None:
+        """After a failure the held servers stay up (`resume` goes on without a reload): say so,
+        and how to stop them, on stderr."""
+        for name in sorted(self.held):
+            left_running = getattr(self.campaign.needs.get(name), "left_running", None)
+            try:
+                what = left_running() if left_running is not None else None
+            except Exception:  # noqa: BLE001 - a hint; the failure being reported matters more
+                what = None
+            if what:
+                print(
+                    f"orchestrate: {what} is still up, kept so `orchestrate resume` goes on without"
+                    " loading it again; `orchestrate stop` stops it",
+                    file=sys.stderr,
+                )
+
+    def _loop(self, state: TodoState, isolated: list[str]) -> None:
+        """Run todos until none is ready; a failure of an isolated todo (an experiment's) is noted
+        in ``isolated`` and the rest goes on."""
+        while (todo := self._next(state, isolated)) is not None:
+            try:
+                self._run_one(state, todo)
+                self._grow(state)
+            except ConnectionLost as lost:
+                # The host went away mid-task; the transport reconnects with backoff, and
+                # the task (idempotent) runs again within its attempt limit.
+                self.log(f"[{todo.id}] {lost}; running it again")
+                todo.status = Status.pending
+                save_state(self.state_path, state)
+            except OrchestrateError as err:
+                if not self.specs[todo.id].isolated or todo.status != Status.failed:
+                    raise
+                isolated.append(f"{todo.id}: {err}")
+                self.log(f"[{todo.id}] failed: {err}; what depends on it waits for `resume`, the rest goes on")
 
     def _grow(self, state: TodoState) -> None:
         """New todos the results now call for, appended pending (and saved) before the next pick."""

@@ -48,14 +48,14 @@ def build_campaign(session: Session, units: list[PhaseUnit]) -> Campaign:
 
 
 def preflight(session: Session, enabled: list[PhaseUnit]) -> list[Check]:
-    """Every enabled unit's checks in registry order; a host that cannot be reached stops the
-    rest (each later check would only repeat it)."""
+    """Every enabled unit's checks in registry order, every problem reported; only a host that
+    cannot be reached stops the rest (each later check would only repeat it)."""
     checks: list[Check] = []
     for unit in enabled:
         if unit.checks is None:
             continue
         found = unit.checks(session)
         checks += found
-        if unit.name == "host" and any(check.blocking for check in found):
+        if unit.name == "host" and any(check.unreachable for check in found):
             break
     return checks

@@ -467,3 +467,27 @@ def test_a_bad_grid_is_one_line_exit_2(tmp_path: Path, table: str, message: str)
     result = run_cli(["init"], tmp_path, timeout=60)
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert "\n" not in result.stderr.strip() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.heavy
+def test_a_failure_with_the_server_up_says_so_and_how_to_stop_it(tmp_path: Path, tiny_model: Path) -> None:
+    """The fault: a [[commands]] todo that fails after the serving phase, while our server is up."""
+    pace_campaign(
+        tmp_path,
+        tiny_model,
+        textwrap.dedent("""\
+        [[commands]]
+        id = "after"
+        content = "fails on purpose"
+        run = "exit 3"
+        depends_on = ["macro_sweep"]
+        """),
+    )
+    config = (tmp_path / "campaign.toml").read_text()
+    (tmp_path / "campaign.toml").write_text(config.replace("[campaign]\n", "[campaign]\nmax_attempts = 1\n", 1))
+    result = run_cli(["resume"], tmp_path, timeout=300)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "is still up, kept so `orchestrate resume` goes on" in result.stderr
+    assert "`orchestrate stop` stops it" in result.stderr
+    stopped = run_cli(["stop"], tmp_path, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr

@@ -27,6 +27,11 @@ class ServiceNeed:
         if any(pid is not None for _, pid in self.lifecycle.node_pids()):
             self.lifecycle.ensure_stopped()
 
+    def left_running(self) -> str | None:
+        """What a campaign that stops on a failure leaves up (for `resume`, to spare a reload)."""
+        pids = [pid for _, pid in self.lifecycle.node_pids() if pid is not None]
+        return f"the server ({self.name}, pid {', '.join(map(str, pids))})" if pids else None
+
 
 class AcceleratorsFreeNeed:
     name = "accelerators_free"
