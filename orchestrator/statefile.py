@@ -8,7 +8,10 @@ names it and says how to recover.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -53,12 +56,42 @@ def load_state(path: Path) -> TodoState | None:
         raise InputError(one_line(err, path, fix)) from None
 
 
+_last_written: dict[Path, bytes] = {}
+"""What this process last wrote to each state file (its digest): a file that differs on the next
+write was edited by someone else while the campaign held it."""
+
+
 def save_state(path: Path, state: TodoState) -> None:
     state.updated_at = now()
+    data = orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+    key = path.resolve()
+    _keep_a_hand_edit(path, _last_written.get(key))
     try:
-        write_atomic(path, orjson.dumps(state.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        write_atomic(path, data)
     except OSError as err:
         raise InputError(f"{path}: cannot be written ({err.strerror}); choose a writable --state") from None
+    _last_written[key] = hashlib.sha256(data).digest()
+
+
+def _keep_a_hand_edit(path: Path, expected: bytes | None) -> None:
+    """A state file changed on disk since this process wrote it (a hand edit during a run) is
+    copied aside and named on stderr before the campaign's state replaces it: nothing is lost
+    silently, and the edit can be applied once the campaign has stopped."""
+    if expected is None:
+        return
+    try:
+        current = path.read_bytes()
+    except OSError:
+        return
+    if hashlib.sha256(current).digest() == expected:
+        return
+    kept = path.with_name(f"{path.name}.edited-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    write_atomic(kept, current)
+    print(
+        f"orchestrate: {path} was changed on disk while this campaign held it; your version is kept as"
+        f" {kept} and the campaign's state written over it (stop the campaign, then edit the todo file)",
+        file=sys.stderr,
+    )
 
 
 class StateLock:
@@ -70,6 +103,7 @@ class StateLock:
 
     def __init__(self, state_path: Path) -> None:
         self.path = state_path.with_name(state_path.name + ".lock")
+        self.state_path = state_path
         self._fd: int | None = None
 
     def __enter__(self) -> StateLock:
@@ -92,9 +126,11 @@ class StateLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
+        _last_written.pop(self.state_path.resolve(), None)  # what others wrote before this hold is theirs
         return self
 
     def __exit__(self, *exc: object) -> None:
+        _last_written.pop(self.state_path.resolve(), None)
         if self._fd is not None:
             os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -246,3 +246,24 @@ def test_a_torchrun_whose_rank_died_from_a_signal_runs_once_more(tmp_path: Path)
     with pytest.raises(CommandFailed, match="exited 1"):
         run("error")
     assert len(said) == 1  # not retried
+
+
+def test_a_hand_edit_during_a_run_is_kept_aside_and_named(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The fault: someone edits the todo file while the campaign holds it."""
+    state_path = tmp_path / "todo.json"
+
+    def edit_by_hand(ctx: TaskContext) -> dict:
+        text = state_path.read_text()
+        state_path.write_text(text.replace('"do b"', '"do b, edited"'))
+        return {}
+
+    campaign = Campaign("c", [spec("a", edit_by_hand), spec("b", recorder([], "b"), ["a"])])
+    Runner(campaign, state_path, log=lambda _: None).resume()
+    err = capsys.readouterr().err
+    [kept] = list(tmp_path.glob("todo.json.edited-*"))
+    assert f"{state_path} was changed on disk while this campaign held it" in err and str(kept) in err
+    assert '"do b, edited"' in kept.read_text()  # the edit is not lost
+    assert load_state(state_path).by_id()["b"].status == Status.completed
+    # A run that edits nothing leaves nothing aside.
+    Runner(Campaign("c", [spec("a", recorder([], "a")), spec("b", recorder([], "b"), ["a"])]), state_path).resume()
+    assert len(list(tmp_path.glob("todo.json.edited-*"))) == 1
