@@ -393,3 +393,89 @@ def test_the_work_vllm_runs_between_step_annotations_is_its_own_row_and_in_the_h
     )
     summary = summary_section(figures)
     assert f"{rank.device_ms_per_step + between:.3f} ms in all" in summary
+
+
+def test_the_analysis_digest_covers_every_module_the_analyser_imports() -> None:
+    """A stored breakdown goes stale when any module that computes its figures changes; the four
+    a hand list missed (issue 32) among them, found by following the imports."""
+    from tasks.analysis.phase import analyser_modules
+
+    names = {path.name for path in analyser_modules()}
+    assert {
+        "breakdown.py",
+        "trace_reader.py",
+        "intervals.py",
+        "coverage.py",
+        "categories.py",
+        "rank_checks.py",
+    } <= names
+    assert "section.py" not in names  # the findings' text is not a figure of the breakdown
+
+
+H200_TRACE = Path(__file__).parent / "data" / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"
+
+
+def _h200_events() -> dict:
+    return json.loads(gzip.decompress(H200_TRACE.read_bytes()))
+
+
+@pytest.mark.parametrize("bad", [-5000.0, 1e15, 1e300])
+def test_an_event_with_an_absurd_duration_is_left_out_and_counted(tmp_path: Path, bad: float) -> None:
+    document = _h200_events()
+    kernels = [e for e in document["traceEvents"] if e.get("cat") == "kernel"]
+    clean = analyze_trace(H200_TRACE, Classifier())
+    victim = kernels[len(kernels) // 2]  # inside a decode step
+    victim["dur"] = bad
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(document))
+    result = analyze_trace(path, Classifier())
+    assert result["dropped_events"] == 1
+    assert result["warnings"] == ["1 events left out: a negative, non-finite or absurd (over an hour) duration"]
+    assert 0 < result["device_ms_per_step"] <= clean["device_ms_per_step"]  # never negative, never 300 digits
+    assert result["device_ms_per_step"] == pytest.approx(clean["device_ms_per_step"], rel=0.01)
+
+
+def test_a_gpu_trace_without_kernels_says_its_figures_are_cpu_ops(tmp_path: Path) -> None:
+    document = _h200_events()
+    document["traceEvents"] = [
+        e for e in document["traceEvents"] if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")
+    ]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(document))
+    result = analyze_trace(path, Classifier())
+    assert result["kind"] == "cpu"
+    assert any(w.startswith("a GPU trace without kernel events (") for w in result["warnings"])
+
+
+def test_nan_in_a_trace_is_named_as_such_not_as_truncation(tmp_path: Path) -> None:
+    text = json.dumps(_h200_events())
+    path = tmp_path / "rank0.json"
+    at = text.index('"dur": ', len(text) // 2)
+    path.write_text(text[:at] + '"dur": NaN, "was": ' + text[at + 7 :])
+    with pytest.raises(InputError) as info:
+        analyze_ranks({0: path})
+    message = str(info.value)
+    assert "NaN at byte" in message and "is not a JSON value" in message and "truncated" not in message
+
+
+def test_a_marker_that_finds_nothing_names_the_one_that_would(tmp_path: Path) -> None:
+    from tasks.analysis.step_markers import step_marker
+
+    result = analyze_trace(H200_TRACE, Classifier(), marker=step_marker("profiler-step"))
+    assert "the `vllm` marker matches this trace's annotations" in result["note"]
+    assert "`--step-marker vllm` would" in result["warnings"][0]
+    assert result["device_outside_steps_pct"] == 0.0  # the whole trace is the window
+
+
+def test_the_terminal_shows_rule_markup_literally(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    document = _h200_events()
+    for event in document["traceEvents"]:
+        if event.get("cat") == "kernel" and "nvjet" in event.get("name", ""):
+            event["name"] = "mystery_kernel_" + str(len(event["name"]) % 3)
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(document))
+    result = run_cli(["analyze", str(path)], tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "add a [[rule]] for it" in result.stdout.replace("\n", " ") and "add a [] for" not in result.stdout

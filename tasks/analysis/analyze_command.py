@@ -138,12 +138,24 @@ def _print_table(analysis, rules: str) -> None:  # noqa: ANN001 - tasks.analysis
             ),
         )
     console.print(table)
+    from rich.markup import escape
+
     from tasks.analysis.section import input_notes
 
     for rank in analysis.ranks:
-        console.print(f"rank {rank.rank}: {Path(rank.trace).name}" + (f" — note: {rank.note}" if rank.note else ""))
+        outside = rank.device_outside_steps_pct
+        console.print(
+            escape(
+                f"rank {rank.rank}: {Path(rank.trace).name}"
+                + (f"; {outside:.1f}% of its device time is outside the step windows" if outside else "")
+                + (f" — note: {rank.note}" if rank.note else "")
+            ),
+            highlight=False,
+        )
     for line in input_notes(analysis, rules):
-        console.print(line.replace("**", "[bold]", 1).replace("**", "[/bold]", 1), highlight=False)
+        # Escaped: the text holds `[[rule]]`, which rich would read as markup ("add a [] for it").
+        bold = escape(line).replace("**", "[bold]", 1).replace("**", "[/bold]", 1)
+        console.print(bold, highlight=False)
     imbalance = analysis.imbalance
     console.print(
         f"imbalance: device work a step {imbalance.device_ms_per_step_min:.3f} to"

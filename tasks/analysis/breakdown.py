@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.errors import InputError
 from tasks.analysis.categories import RULES_PATH, Category
 from tasks.analysis.coverage import backward_share, uncovered_families
 from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us
 from tasks.analysis.step_markers import StepMarker, resolve, step_marker
+from tasks.analysis.step_windows import launch_times, merge_stream_ranges, whole_trace
 from tasks.analysis.trace_reader import Columns, read_columns
 from tasks.analysis.workers import worker_pool
 
@@ -93,12 +93,20 @@ def analyze_columns(
         )
     )
     note = None
+    warnings = []
     if not steps:
-        steps = [_whole_trace(columns, kind, source)]
+        steps = [whole_trace(columns, kind, source)]
+        other = resolve(step_marker("auto"), {name for _, name, *_ in columns.steps})
+        would = other.spec != marker.spec and any(other.matches(name) for _, name, *_ in columns.steps)
         note = (
             f"no step annotations matching the `{marker.spec}` marker: the whole trace is one window"
-            " (choose another with --step-marker)"
+            + (f"; the `{other.spec}` marker matches this trace's annotations" if would else "")
+            + " (choose another with --step-marker)"
         )
+        if would:
+            warnings.append(f"the `{marker.spec}` marker found no step; `--step-marker {other.spec}` would")
+    if columns.dropped:
+        warnings.append(f"{columns.dropped} events left out: a negative, non-finite or absurd (over an hour) duration")
     starts = np.array([ts for ts, _, _ in steps])
     ends = starts + np.array([dur for _, dur, _ in steps])
     # Each step's kind from its annotation: decode, prefill, mixed (vLLM batches both), or
@@ -125,6 +133,13 @@ def analyze_columns(
     if by_launch and inside.any():
         np.maximum.at(ends, step_of[inside], (ts + dur)[inside])
     events = (ts[inside], dur[inside], name_ids[inside], step_of[inside], busy[inside])
+    if kind == "cpu" and columns.runtime_calls:
+        warnings.append(
+            f"a GPU trace without kernel events ({columns.runtime_calls} CUDA/HIP runtime calls): the profiler"
+            " did not record device activity (CUDA activity off, or CUPTI unavailable); these are CPU-op figures"
+        )
+    total_busy = float(busy.sum())
+    outside_pct = 100 * float(busy[~inside].sum()) / total_busy if total_busy > 0 else 0.0
     category_of_name = [classify(name) for name in columns.names]
     present = [k for k in ("decode", "step", "prefill", "mixed") if (kinds == k).any()]
     figures = {
@@ -175,46 +190,10 @@ def analyze_columns(
         **top,
         "other_steps": others,
         "trace": source,
+        "warnings": warnings,
+        "dropped_events": columns.dropped,
+        "device_outside_steps_pct": round(outside_pct, 2),
     }
-
-
-def launch_times(columns: Columns, ts: np.ndarray) -> np.ndarray:
-    """Each device event's launch time on the CPU (its runtime call with the same correlation
-    id), or its own start where the trace has no such call."""
-    device = np.frombuffer(columns.device_correlation, dtype=np.int64)
-    launch_ids = np.frombuffer(columns.launch_correlation, dtype=np.int64)
-    launch_ts = np.frombuffer(columns.launch_ts, dtype=np.float64)
-    if not len(launch_ids) or len(device) != len(ts):
-        return ts
-    order = np.argsort(launch_ids, kind="stable")
-    ids, times = launch_ids[order], launch_ts[order]
-    at = np.clip(np.searchsorted(ids, device), 0, len(ids) - 1)
-    found = (ids[at] == device) & (device >= 0)
-    return np.where(found, times[at], ts)
-
-
-def _whole_trace(columns: Columns, kind: str, source: str) -> tuple[float, float, str]:
-    ts, dur, _ = columns.arrays("device" if kind == "gpu" else "cpu")
-    if not len(ts):
-        raise InputError(f"{source}: no device or CPU op events to break down; is it a torch.profiler trace?")
-    start = float(ts.min())
-    return start, float((ts + dur).max()) - start, "whole trace"
-
-
-def merge_stream_ranges(ranges: list[tuple[float, float, str, int | str]]) -> list[tuple[float, float, str]]:
-    """One window a step. Kineto writes a GPU-timeline annotation for each stream that ran work
-    under it (seen on an H200: vLLM's MoE models put a step's shared-expert kernels on a second
-    stream, so every step came twice, once 0.5 ms long, inside the main one). A range on another
-    stream with the same name that starts inside the current step's window is the same step."""
-    merged: list[list] = []
-    for ts, dur, name, tid in ranges:
-        last = merged[-1] if merged else None
-        if last and name == last[2] and tid not in last[3] and ts < last[0] + last[1]:
-            last[1] = max(last[1], ts + dur - last[0])
-            last[3].add(tid)
-        else:
-            merged.append([ts, dur, name, {tid}])
-    return [(ts, dur, name) for ts, dur, name, _ in merged]
 
 
 def _between_steps(

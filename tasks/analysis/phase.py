@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext, TaskSpec
@@ -52,20 +54,47 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
 def _analyzer_digests() -> dict[str, str]:
     """The rules and the analyser's code decide every figure, and the analysis is cheap: a
-    change to either re-runs it (the traces stay)."""
+    change to either re-runs it (the traces stay). The code is every module of ours the analyser
+    imports, found by following its imports (not a list kept by hand, which missed modules split
+    out later)."""
     import hashlib
-    from pathlib import Path
 
     from tasks.analysis.breakdown import RULES_PATH
 
-    code = b"".join(
-        (Path(__file__).parent / name).read_bytes()
-        for name in ("breakdown.py", "trace_reader.py", "trace_events.py", "step_markers.py")
-    )
+    code = b"".join(path.read_bytes() for path in analyser_modules())
     return {
         "rules": hashlib.sha256(RULES_PATH.read_bytes()).hexdigest()[:16],
         "code": hashlib.sha256(code).hexdigest()[:16],
     }
+
+
+def analyser_modules() -> list[Path]:
+    """tasks/analysis/breakdown.py and every module of this project it imports, transitively
+    (imports inside functions included), sorted by path."""
+    root = Path(__file__).resolve().parents[2]
+    seen: set[Path] = set()
+    todo = [Path(__file__).with_name("breakdown.py").resolve()]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
+            for name in names:
+                if name.split(".")[0] not in ("tasks", "orchestrator"):
+                    continue
+                base = root.joinpath(*name.split("."))
+                found = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+                if found.is_file():
+                    todo.append(found.resolve())
+    return sorted(seen)
 
 
 def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings

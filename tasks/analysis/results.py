@@ -93,6 +93,15 @@ class RankBreakdown(Result):
         0.0, description="device time in backward/optimizer kernels: above 5% the trace is a training trace"
     )
     uncategorised: list[Uncovered] = Field(default_factory=list, description="families in 'other' above 2%")
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what makes the figures less than the trace holds: events left out (a negative or absurd"
+        " duration), a GPU trace without kernel events, another step marker that would have matched",
+    )
+    dropped_events: int = Field(0, description="events left out for a negative, non-finite or absurd duration")
+    device_outside_steps_pct: float | None = Field(
+        None, description="device (or CPU-op) time outside every step window, % of the trace's"
+    )
     world_size: int | None = Field(None, description="the trace's distributedInfo.world_size")
     trace_id: str | None = Field(None, description="the profiler session's id (Kineto's trace_id)")
     decode_tokens_per_step: float = Field(0.0, description="sequences decoded a step: the GEMMs' M")

@@ -172,6 +172,12 @@ def input_notes(analysis: Breakdown, rules: str = "tasks/analysis/rules.toml") -
     device time), a training trace, steps attributed by launch, inputs that are not one run."""
     lines = [f"**Inputs**: {warning}." for warning in analysis.warnings]
     for rank in analysis.ranks:
+        lines += [f"**Rank {rank.rank}: {warning}**." for warning in rank.warnings]
+        if rank.device_outside_steps_pct and rank.device_outside_steps_pct >= 5:
+            lines.append(
+                f"Rank {rank.rank}: {rank.device_outside_steps_pct:.1f}% of the trace's device time is outside"
+                " every step window (warm-up, the work between captures): not in the figures above."
+            )
         for u in rank.uncategorised:
             lines.append(
                 f"**Uncategorised: `{u.family}` is {u.share_pct:.1f}% of rank {rank.rank}'s device time**"

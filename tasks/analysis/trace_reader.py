@@ -43,6 +43,8 @@ from tasks.analysis.trace_events import (
     Event,
 )
 
+MAX_EVENT_US = 3.6e9
+"""An hour: no profiled op lasts longer; a duration beyond it is a broken writer's."""
 BLOCK_BYTES = 4 << 20
 MAX_PENDING_BYTES = 256 << 20
 """A run of this many bytes with no provable cut: decode the whole document instead."""
@@ -81,6 +83,30 @@ class Columns:
     device_correlation: array = field(default_factory=lambda: array("q"))
     launch_ts: array = field(default_factory=lambda: array("d"))
     launch_correlation: array = field(default_factory=lambda: array("q"))
+    runtime_calls: int = 0
+    """CUDA/HIP runtime calls seen by the CPU pass: a trace with them and no kernel is a GPU
+    trace whose device activity was not recorded."""
+    dropped: int = 0
+    """Events left out for a duration no profiled op has (negative, not finite, over an hour)."""
+
+    def drop_bad_durations(self) -> None:
+        """Leave out events whose duration is negative, not finite or over MAX_EVENT_US (a broken
+        writer: 1e15 or 1e300 µs), counted in ``dropped``: one would make a step's figures
+        negative or 300 digits long."""
+        for prefix in ("device", "cpu"):
+            ts, dur, names = self.arrays(prefix)
+            bad = ~np.isfinite(dur) | (dur < 0) | (dur > MAX_EVENT_US) | ~np.isfinite(ts)
+            if not len(ts) or not bad.any():
+                continue
+            keep = ~bad
+            self.dropped += int(bad.sum())
+            for name, kind, values in (("ts", "d", ts), ("dur", "d", dur), ("name", "q", names)):
+                setattr(self, f"{prefix}_{name}", array(kind, values[keep].tobytes()))
+            if prefix == "cpu":
+                self.cpu_tid = [tid for tid, kept in zip(self.cpu_tid, keep, strict=True) if kept]
+            elif len(self.device_correlation) == len(keep):
+                correlation = np.frombuffer(self.device_correlation, dtype=np.int64)
+                self.device_correlation = array("q", correlation[keep].tobytes())
 
     def name_ids(self, names: list[str]) -> list[int]:
         index = self._name_index
@@ -107,6 +133,8 @@ class Columns:
             launches = [e for e in kept if e.cat in LAUNCH_CATS and e.args]
             self.launch_ts.extend([e.ts for e in launches])
             self.launch_correlation.extend([e.args.correlation for e in launches])
+        if self.keep_cpu:
+            self.runtime_calls += sum(1 for e in events if e.cat in LAUNCH_CATS)
         cpu = [e for e in kept if e.cat == "cpu_op"]
         if cpu:
             self.cpu_ts.extend([e.ts for e in cpu])
@@ -138,10 +166,10 @@ class Columns:
         )
 
 
-def _bad(path: Path, why: str) -> InputError:
+def _bad(path: Path, why: str, fix: str | None = None) -> InputError:
     return InputError(
-        f"{path}: {why}; it may be truncated or not a profiler trace: fetch it again"
-        " (`orchestrate reset profile_capture`)"
+        f"{path}: {why}; "
+        + (fix or "it may be truncated or not a profiler trace: fetch it again (`orchestrate reset profile_capture`)")
     )
 
 
@@ -162,6 +190,7 @@ def read_columns(path: Path) -> Columns:
         columns = _read(path, Columns(linked=True))
     if columns.rank is None and (match := RANK_IN_NAME.search(path.name)):
         columns.rank = int(match[1])
+    columns.drop_bad_durations()
     return columns
 
 
@@ -268,7 +297,9 @@ def _array_end(path: Path, buffer: bytearray, columns: Columns) -> int:
     for match in ARRAY_END.finditer(buffer, 1):
         if _take_run(path, buffer, match.start(), columns):
             return match.end()
-    raise _bad(path, "the traceEvents array never closes")
+    # No close proves whole: truncated, or a value JSON does not allow (NaN): one decode of the
+    # document names which, and where.
+    raise _NoProvableCut
 
 
 def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> bool:
@@ -299,6 +330,28 @@ def _take_run(path: Path, buffer: bytearray, last: int, columns: Columns) -> boo
     return True
 
 
+BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+def _why_not_json(data: bytes, error: str) -> tuple[str, str | None]:
+    """msgspec's decode error as the reason a person can act on: truncated, or the value at the
+    byte it names (NaN and Infinity, which some writers emit, are not JSON)."""
+    if "truncated" in error:
+        return "the JSON ends before the document closes (the file is cut short)", None
+    at = BYTE_AT.search(error)
+    if at is None:
+        return f"not a Chrome/Kineto trace ({error})", None
+    offset = int(at[1])
+    near = data[max(0, offset - 20) : offset + 20].decode("utf-8", "replace").replace("\n", " ")
+    value = re.match(rb"-?(NaN|Infinity|inf|nan)", data[offset : offset + 10])
+    if value is not None:
+        return (
+            f"{value[0].decode()} at byte {offset} (near `{near}`) is not a JSON value",
+            "whatever wrote the trace must drop or quote it; the file is otherwise whole",
+        )
+    return f"not valid JSON at byte {offset} (near `{near}`): {error.split(' (byte')[0]}", None
+
+
 def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
     try:
         if data.lstrip()[:1] == b"[":
@@ -306,7 +359,7 @@ def _whole(path: Path, data: bytes, columns: Columns) -> Columns:
             return columns
         document = (LINKED_WHOLE if columns.linked else WHOLE).decode(data)
     except msgspec.DecodeError as err:
-        raise _bad(path, f"not a Chrome/Kineto trace ({err})") from None
+        raise _bad(path, *_why_not_json(data, str(err))) from None
     _metadata(columns, document.distributedInfo, document.trace_id)
     columns.take(document.traceEvents)
     return columns
