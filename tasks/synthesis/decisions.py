@@ -45,7 +45,7 @@ class Option:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # TOML has types: "3" is no number
 
 
 class ApplySpec(_Strict):
