@@ -83,7 +83,14 @@ def main() -> None:
     print(f"processes of ours left after the campaign: {len(leftovers)}")
     for line in leftovers:
         print(f"  {line[:160]}")
-    print(f"model loads: {loads}")
+    import json
+
+    todos = json.loads((args.dir / "state" / "todo.json").read_text())["todos"]
+    variants = sorted({t["id"] for t in todos if t["id"].startswith("exp_") and t["id"].endswith("_service_ready")})
+    print(f"model loads: {loads} (expected {1 + len(variants)}: the campaign's server and {len(variants)} experiments')")
+    ledger = args.dir / "reports" / "ledger.json"
+    records = json.loads(ledger.read_text())["records"] if ledger.exists() else []
+    print(f"ledger records: {len(records)} (ids unique: {len({r['id'] for r in records}) == len(records)})")
     print(f"campaign wall time with kills: {time.monotonic() - started:.0f} s")
 
 
