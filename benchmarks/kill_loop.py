@@ -87,7 +87,9 @@ def main() -> None:
 
     todos = json.loads((args.dir / "state" / "todo.json").read_text())["todos"]
     variants = sorted({t["id"] for t in todos if t["id"].startswith("exp_") and t["id"].endswith("_service_ready")})
-    print(f"model loads: {loads} (expected {1 + len(variants)}: the campaign's server and {len(variants)} experiments')")
+    print(
+        f"model loads: {loads} (expected {1 + len(variants)}: the campaign's server and {len(variants)} experiments')"
+    )
     ledger = args.dir / "reports" / "ledger.json"
     records = json.loads(ledger.read_text())["records"] if ledger.exists() else []
     print(f"ledger records: {len(records)} (ids unique: {len({r['id'] for r in records}) == len(records)})")

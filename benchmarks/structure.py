@@ -108,7 +108,11 @@ def report(show: bool = False) -> dict[str, int]:
     # importing its own package.
     up = [(a, b, t) for a, b, t in up if a.split(".")[:2] != b.split(".")[:2]]
     inside = [(a, b) for a, b, f, _ in all_edges if f]
-    cross = [(a, b) for a, b, _, _ in all_edges if {a.split(".")[:2][-1], b.split(".")[:2][-1]} == {"synthesis", "experiments"}]
+    cross = [
+        (a, b)
+        for a, b, _, _ in all_edges
+        if {a.split(".")[:2][-1], b.split(".")[:2][-1]} == {"synthesis", "experiments"}
+    ]
     long = [str(p.relative_to(ROOT)) for p in found.values() if len(p.read_text().splitlines()) > 400]
     figures = {
         "modules": len(found),
@@ -124,6 +128,8 @@ def report(show: bool = False) -> dict[str, int]:
     for key, value in figures.items():
         print(f"{key}: {value}")
     if show:
+        for cycle in cycles(graph):
+            print("  cycle: " + " -> ".join(cycle))
         for a, b, t in up:
             print(f"  up: {a} -> {b}{' (type only)' if t else ''}")
         for a, b in cross:

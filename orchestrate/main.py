@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None, units: list[PhaseUnit] | None = None) ->
 
             units = UNITS
         from tasks.analysis.analyze_command import ANALYZE
-        from tasks.experiments.ledger import LEDGER
+        from tasks.decisions.ledger import LEDGER
         from tasks.synthesis.compare_command import COMPARE
     except InputError as err:
         print(f"orchestrate: error: {err}", file=sys.stderr)

@@ -21,9 +21,9 @@ from orchestrator.report import (
     timing_summary,
 )
 from orchestrator.schema import TodoState
-from tasks.experiments.section import experiments_section
+from tasks.decisions.ledger import LEDGER_NAME, append
 from tasks.session import Session
-from tasks.synthesis import closing_sections, opening_sections
+from tasks.synthesis import analysis_sections, opening_sections, record_sections
 from tasks.unit import PhaseUnit
 from tasks.view import Findings
 
@@ -47,7 +47,9 @@ def write_findings(
     sections = [f"# Findings: campaign `{state.campaign}`\n"]
     sections += opening_sections(findings)
     sections += [unit.section(findings) for unit in units if unit.section is not None]
-    sections += closing_sections(findings, after_decision=experiments_section)
+    sections += analysis_sections(findings)
+    sections += [unit.closing_section(findings) for unit in units if unit.closing_section is not None]
+    sections += record_sections(findings)
     sections.append("## Tasks\n\n" + task_table(state) + "\n" + timing_summary(state))
     sections.append(f"{HUMAN_NOTES_HEADING}\n\n{notes}")
     text = "\n".join(section for section in sections if section)
@@ -58,8 +60,6 @@ def write_findings(
 def write_document(findings: Findings, document_path: Path, text: str) -> None:
     """The writers, once every section is computed: the files the sections attached (CSV, plots,
     baseline.json), the ledger's new records, then the Markdown and its HTML rendering."""
-    from tasks.experiments.ledger import LEDGER_NAME, append
-
     folder = document_path.parent
     for name, content in findings.outputs.files.items():
         write_atomic(folder / name, content, shared=True)

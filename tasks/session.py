@@ -49,6 +49,9 @@ class Session:
     service_variant: str | None = None
     """An experiment's session: the server it launches is this variant of the campaign's (its own
     log and trace folder on the host; the one pid file, since one server holds the port)."""
+    plans: dict[str, Any] = field(default_factory=dict, repr=False)
+    """What is resolved once a campaign, not once a read: the decision rules (loaded and checked),
+    the experiment plan. Shared with the experiments' variant sessions (the same campaign)."""
     _host: Host | None = field(default=None, repr=False)
     _node_hosts: dict[int, Host] = field(default_factory=dict, repr=False)
     _shipped: set[tuple[int, Path]] = field(default_factory=set, repr=False)
@@ -134,6 +137,8 @@ class Session:
             enabled=self.enabled,
             node_host_factory=self.node_host,
             service_variant=name,
+            config_file=self.config_file,
+            plans=self.plans,
             _node_hosts=self._node_hosts,
             _shipped=self._shipped,
         )

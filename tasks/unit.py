@@ -38,6 +38,8 @@ class PhaseUnit:
     needs: Callable[[Session], dict[str, Need]] | None = None
     section: Callable[[Findings], str] | None = None
     """Its part of the findings document, placed in campaign order."""
+    closing_section: Callable[[Findings], str] | None = None
+    """Its part placed after the decision record (what reads the record: the experiments)."""
     selectable: bool = True
     """Listed in `campaign.phases`; False for units that run whenever their config has tasks."""
     checks: Callable[[Session], list[Check]] | None = None

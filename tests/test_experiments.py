@@ -21,10 +21,10 @@ from orchestrator.refs import TaskRef
 from orchestrator.runner import Runner
 from orchestrator.schema import Status
 from orchestrator.statefile import load_state
+from tasks.decisions.rules import RULES_PATH, load_rules
 from tasks.experiments.verify import Realised, verdict
 from tasks.macro.metrics import spec_decode_view
 from tasks.service.launch import fill_placeholders
-from tasks.synthesis.decisions import RULES_PATH, load_rules
 
 
 def test_the_todo_list_grows_from_a_result_and_resumes_with_it(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_the_verdict_compares_the_prediction_with_the_measured_interval() -> Non
 
 
 def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
-    from tasks.experiments.ledger import LedgerRecord, append
+    from tasks.decisions.ledger import LedgerRecord, append
 
     def record(name: str, predicted: float, realised: float) -> LedgerRecord:
         return LedgerRecord(
@@ -228,9 +228,9 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
 
 
 def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -> None:
-    from tasks.experiments import chosen_by_record
+    from tasks.decisions.record import DecisionRecord, OptionPrediction
     from tasks.experiments.config import Change, Experiment
-    from tasks.experiments.results import DecisionRecord, OptionPrediction
+    from tasks.experiments.plan import chosen_by_record
 
     def option(option_id: str, decision: str, gain_pct: float, reason: str = "") -> OptionPrediction:
         return OptionPrediction(

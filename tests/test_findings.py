@@ -173,10 +173,10 @@ def test_graph_replayed_all_reduces_are_shown_beside_the_eager_loop_and_predict_
 
 def test_a_grid_point_a_rule_covers_is_predicted_from_the_base_figures(tmp_path: Path) -> None:
     """Draft tokens alone and half the TP alone have a formula; other parameters do not."""
+    from tasks.decisions.figures import key_figures
+    from tasks.decisions.rules import RULES_PATH, load_rules
     from tasks.experiments.config import Change, Experiment
     from tasks.experiments.sweep_section import predicted_point
-    from tasks.synthesis.decisions import RULES_PATH, load_rules
-    from tasks.synthesis.figures import key_figures
     from tasks.view import Findings
 
     config = config_model(UNITS).model_validate({})
@@ -202,9 +202,9 @@ def test_sections_compute_and_only_the_writers_write(tmp_path: Path) -> None:
     """Every section runs on one view and leaves the disk alone: what it produces besides its
     text (the CSV, the plots, baseline.json) is handed to the writers; the key figures are
     computed once for the document."""
+    from tasks.decisions.figures import key_figures
     from tasks.findings import write_document
-    from tasks.synthesis import closing_sections, opening_sections
-    from tasks.synthesis.figures import key_figures
+    from tasks.synthesis import analysis_sections, opening_sections, record_sections
     from tasks.view import Findings
 
     config = config_model(UNITS).model_validate({})
@@ -216,7 +216,8 @@ def test_sections_compute_and_only_the_writers_write(tmp_path: Path) -> None:
     text = "\n".join(
         opening_sections(findings)
         + [unit.section(findings) for unit in UNITS if unit.section]
-        + closing_sections(findings, after_decision=lambda f, rules: "")
+        + analysis_sections(findings)
+        + record_sections(findings)
     )
     assert not (tmp_path / "reports").exists()
     assert {"serving.csv", "breakdown.png", "baseline.json", "throughput.png"} <= set(findings.outputs.files)

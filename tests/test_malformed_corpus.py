@@ -14,7 +14,7 @@ import pytest
 
 from orchestrate.main import main
 from tasks.analysis.categories import RULES_PATH as KERNEL_RULES
-from tasks.synthesis.decisions import RULES_PATH as DECISION_RULES
+from tasks.decisions.rules import RULES_PATH as DECISION_RULES
 
 TRACE = gzip.decompress((Path(__file__).parent / "data" / "gpu_decode_trace.json.gz").read_bytes()).decode()
 SHIPPED = DECISION_RULES.read_text()

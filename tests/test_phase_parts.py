@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import InputError
+from tasks.decisions.decide import decide
+from tasks.decisions.estimates import expected_accepted
+from tasks.decisions.formula import evaluate, fmt_figure
+from tasks.decisions.rules import load_rules
 from tasks.profile.capture import rank_traces, safe_manifest
 from tasks.profile.results import CaptureManifest
 from tasks.service.vllm_log import LoadProgress
-from tasks.synthesis.decisions import decide, evaluate, fmt_figure, load_rules
-from tasks.synthesis.estimates import expected_accepted
 
 # Lines as vLLM writes them (../shared/FACTS.md: 0.32 CPU, 0.26 CUDA on an H200).
 CPU_LOG = """INFO Starting to load model /m...
@@ -367,9 +369,9 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
     never count."""
     import sys
 
+    from tasks.decisions.gemm_prediction import predict_gemm
     from tasks.gemm.results import GemmResult
     from tasks.model.shapes import model_shapes
-    from tasks.synthesis.reconcile import predict_gemm
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.gpu_model_shapes import shape
@@ -417,7 +419,7 @@ def test_gpu_memory_census_reads_nvidia_smi(csv_text: str, busy: list[str]) -> N
 
 
 def test_an_input_that_cannot_change_a_gain_is_not_called_an_assumption() -> None:
-    from tasks.synthesis.decisions import matters
+    from tasks.decisions.formula import matters
 
     formula = "w4a16_gemm_delta_ms + moe_ms * (1 - moe_w4a16_time_ratio)"
     assert not matters(formula, BASE, "moe_w4a16_time_ratio")  # a dense model: no expert GEMM

@@ -250,8 +250,8 @@ def test_gemm_launch_order_folds_into_layer_types_on_a_real_trace() -> None:
     gate_up, down (cuBLAS's split-K reduce joined to o_proj and down_proj), and the folded µs
     times the layers is the traced GEMM time of a step, counted directly."""
     from tasks.analysis.results import RankBreakdown
+    from tasks.decisions.figures import KeyFigures
     from tasks.model.shapes import model_shapes
-    from tasks.synthesis.figures import KeyFigures
     from tasks.synthesis.per_layer import fold
 
     path = Path(__file__).parent / "data" / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"
@@ -377,7 +377,7 @@ def test_the_work_vllm_runs_between_step_annotations_is_its_own_row_and_in_the_h
     Llama-8B trace): the rank table shows it as a row and the step with it, the summary says it."""
     from tasks.analysis.results import Breakdown
     from tasks.analysis.section import rank_section
-    from tasks.synthesis.figures import KeyFigures
+    from tasks.decisions.figures import KeyFigures
     from tasks.synthesis.summary import summary_section
 
     trace = Path(__file__).parent / "data" / "vllm026_h200_llama8b_bf16.rank0.trace.json.gz"

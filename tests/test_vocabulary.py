@@ -13,14 +13,15 @@ from test_findings import FIXTURE, assemble
 
 from orchestrator.statefile import load_state
 from tasks.config import config_model
+from tasks.decisions.estimates import moe_w4a16_ratio, rule_figures
+from tasks.decisions.figures import key_figures
+from tasks.decisions.formula import evaluate
+from tasks.decisions.rules import RULES_PATH, load_rules
+from tasks.decisions.vocabulary import FIGURES, provenance
 from tasks.gemm.results import GemmRow
 from tasks.plan import build_campaign
 from tasks.registry import UNITS
 from tasks.session import Session
-from tasks.synthesis.decisions import RULES_PATH, evaluate, load_rules
-from tasks.synthesis.estimates import moe_w4a16_ratio, rule_figures
-from tasks.synthesis.figures import key_figures
-from tasks.synthesis.vocabulary import FIGURES, provenance
 from tasks.view import Findings
 
 

@@ -6,14 +6,15 @@ from datetime import UTC, datetime
 
 from orchestrator.report import md_table
 from orchestrator.schema import Status
-from tasks.experiments import experiments_run
+from tasks.decisions.formula import fmt_figure, fmt_ms
+from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, new_records
+from tasks.decisions.rules import campaign_rules
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.ledger import LEDGER_NAME, LedgerRecord, load_ledger, new_records
+from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.verify import Verification, verify
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
-from tasks.synthesis.decisions import fmt_figure, fmt_ms
 from tasks.view import Findings, fmt
 
 
@@ -37,10 +38,11 @@ def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | N
     return record, out
 
 
-def experiments_section(findings: Findings, rules: object) -> str:
-    from tasks.experiments import configured
+def experiments_section(findings: Findings) -> str:
+    """The experiments unit's closing section (after the decision record, which it checks)."""
     from tasks.experiments.sweep_section import sweep_section
 
+    rules = campaign_rules(findings)
     record, found = verifications(findings, rules)
     explicit, candidates, not_applicable = configured(findings.session)
     if record is None:
@@ -207,9 +209,3 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
     new = new_records(findings.session.reports_dir / LEDGER_NAME, records) if records else []
     findings.outputs.ledger.extend(new)  # appended by the document's writer (tasks/findings.py)
     return len(new)
-
-
-def ledger_history(findings: Findings, option: str) -> str:
-    from tasks.experiments.ledger import history
-
-    return history(load_ledger(findings.session.reports_dir / LEDGER_NAME).records, option)

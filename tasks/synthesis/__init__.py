@@ -4,15 +4,14 @@ They read typed results only."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
+from tasks.decisions.decide import Option, decide
+from tasks.decisions.estimates import rule_figures
+from tasks.decisions.figures import key_figures
 from tasks.service.results import SERVICE_READY
 from tasks.view import Findings
 
 
 def opening_sections(findings: Findings) -> list[str]:
-    from tasks.synthesis.figures import key_figures
     from tasks.synthesis.server_ran import server_ran_section
     from tasks.synthesis.setup import setup_section
     from tasks.synthesis.summary import summary_section
@@ -26,26 +25,36 @@ def opening_sections(findings: Findings) -> list[str]:
     ]
 
 
-def closing_sections(findings: Findings, after_decision: Callable[[Findings, Any], str] | None = None) -> list[str]:
-    """``after_decision`` adds sections that read the decision record (the experiments, which
-    import this package and so cannot be imported by it)."""
+def analysis_sections(findings: Findings) -> list[str]:
+    """What the phases say together: the cross-checks, the decode-step model, the bottleneck and
+    the decision record. The units' closing sections (the experiments) follow them."""
+    from tasks.decisions.rules import campaign_rules
     from tasks.synthesis.crosscheck import crosscheck_section
-    from tasks.synthesis.decisions import campaign_rules, decide
-    from tasks.synthesis.estimates import rule_figures
-    from tasks.synthesis.figures import key_figures
-    from tasks.synthesis.record import baseline_section, configuration_section, decision_section
+    from tasks.synthesis.record import decision_section
     from tasks.synthesis.step_model import step_model_section
     from tasks.synthesis.summary import bottleneck_section
 
     figures = key_figures(findings)
-    rules = campaign_rules(findings)
-    record = decide(rule_figures(figures, rules.assumptions), rules)
     return [
         crosscheck_section(figures, figures.capture),
         step_model_section(figures),
         bottleneck_section(figures),
-        decision_section(figures, rules, record, findings),
-        after_decision(findings, rules) if after_decision else "",
-        baseline_section(figures, findings, record),
-        configuration_section(findings),
+        decision_section(figures, campaign_rules(findings), judged(findings), findings),
     ]
+
+
+def record_sections(findings: Findings) -> list[str]:
+    """The document's last sections: the baseline comparison and the config the results came from."""
+    from tasks.synthesis.record import baseline_section, configuration_section
+
+    return [baseline_section(key_figures(findings), findings, judged(findings)), configuration_section(findings)]
+
+
+def judged(findings: Findings) -> list[Option]:
+    """The decision record of this view, judged once (two sections read it)."""
+    if "judged" not in findings.cache:
+        from tasks.decisions.rules import campaign_rules
+
+        rules = campaign_rules(findings)
+        findings.cache["judged"] = decide(rule_figures(key_figures(findings), rules.assumptions), rules)
+    return findings.cache["judged"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from orchestrator.report import md_table
 from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
+from tasks.decisions.figures import KeyFigures
 from tasks.profile.results import CaptureManifest
-from tasks.synthesis.figures import KeyFigures
 from tasks.synthesis.per_layer import per_layer_section
 from tasks.synthesis.reconcile import gemm_rows, step_vs_tpot_rows
 from tasks.view import fmt

@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from orchestrator.report import md_table
-from tasks.synthesis.figures import KeyFigures
-from tasks.synthesis.reconcile import W4A16_COMPARISON, micro_us
+from tasks.decisions.figures import KeyFigures
+from tasks.decisions.gemm_prediction import W4A16_COMPARISON, micro_us
 from tasks.view import fmt
 
 SPLIT_K_REDUCE = re.compile(r"splitKreduce|reduce_kernel|splitk_reduce", re.I)

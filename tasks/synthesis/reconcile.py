@@ -3,88 +3,11 @@ measured, and the trace's step against the TPOT the client measured while it was
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 from tasks.analysis.categories import Category
-from tasks.gemm.results import GemmResult, GemmRow
-from tasks.model.shapes import ModelShapes
+from tasks.decisions.figures import KeyFigures
+from tasks.decisions.gemm_prediction import predict_gemm
 from tasks.profile.results import CaptureManifest
-from tasks.synthesis.figures import KeyFigures
 from tasks.view import fmt
-
-W4A16_COMPARISON = " (as W4A16)"
-
-
-def micro_us(row: GemmRow, cold: bool = False) -> float:
-    """The figure to hold against a trace: on CPU the op's own profiled duration (what a CPU
-    trace records as the GEMM; ``cold``: with the caches flushed between calls), else the
-    kernel's time."""
-    if cold and row.op_cold_us is not None:
-        return row.op_cold_us
-    return row.op_us if row.op_us is not None else row.us or 0.0
-
-
-@dataclass
-class GemmPrediction:
-    m: int
-    ms_per_step: float
-    calls_per_step: float
-    missing: list[str]
-    fused: bool = False
-    """True: routed experts predicted from the fused-MoE rows (one call a MoE layer)."""
-
-
-def _predict(shapes: ModelShapes, timed: dict[tuple[str, int], float], m: int, kinds: set[str]) -> GemmPrediction:
-    total_us = calls = 0.0
-    missing = []
-    for layer in shapes.layers:
-        if layer.kind not in kinds:
-            continue
-        rows_m = m if layer.tokens_share == 1.0 else max(1, math.ceil(m * layer.tokens_share))
-        count = 1.0 if layer.name == "lm_head" else layer.count_per_layer * shapes.num_layers
-        us = timed.get((layer.name, rows_m))
-        if us is None:
-            missing.append(layer.name)
-            continue
-        total_us += us * count
-        calls += count
-    return GemmPrediction(
-        m=m, ms_per_step=total_us / 1000, calls_per_step=calls, missing=missing, fused=kinds == {"fused_experts"}
-    )
-
-
-def predict_gemm(
-    shapes: ModelShapes,
-    gemm: GemmResult,
-    decode_tokens: float,
-    experts: bool,
-    cold: bool = False,
-    as_w4a16: bool = False,
-) -> GemmPrediction | None:
-    """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
-    step, in the format the model runs (``as_w4a16``: from the what-if W4A16 rows instead);
-    None when no M was timed. Routed experts come from the fused-MoE rows where those were timed
-    (what the server runs), else from each expert's GEMM alone."""
-    timed = {
-        (row.name.removesuffix(W4A16_COMPARISON), row.m): micro_us(row, cold)
-        for row in gemm.rows
-        if row.us is not None and row.name.endswith(W4A16_COMPARISON) == as_w4a16
-    }
-    measured_m = sorted({m for _, m in timed})
-    if not measured_m:
-        return None
-    wanted = max(1, round(decode_tokens))
-    m = min(measured_m, key=lambda value: (abs(value - wanted), value))
-    if not experts:
-        return _predict(shapes, timed, m, {"dense"})
-    fused = _predict(shapes, timed, m, {"fused_experts"})
-    return fused if fused.calls_per_step and not fused.missing else _predict(shapes, timed, m, {"expert"})
-
-
-def predict_gemm_as_w4a16(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float) -> GemmPrediction | None:
-    """The dense GEMMs of a step from the what-if W4A16 rows (None when none were timed)."""
-    return predict_gemm(shapes, gemm, decode_tokens, experts=False, as_w4a16=True)
 
 
 def gemm_rows(figures: KeyFigures) -> list[list[str]]:

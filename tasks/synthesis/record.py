@@ -10,11 +10,14 @@ from typing import Any
 from orchestrator.report import md_table
 from orchestrator.results import stale_reason
 from orchestrator.schema import Status
-from tasks.synthesis.decisions import Option, Rules, fmt_figure, fmt_ms
-from tasks.synthesis.estimates import rule_figures
-from tasks.synthesis.figures import KeyFigures
+from tasks.decisions.decide import Option
+from tasks.decisions.estimates import rule_figures
+from tasks.decisions.figures import KeyFigures
+from tasks.decisions.formula import fmt_figure, fmt_ms
+from tasks.decisions.ledger import ledger_history
+from tasks.decisions.rules import Rules
+from tasks.decisions.vocabulary import provenance
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
-from tasks.synthesis.vocabulary import provenance
 from tasks.view import Findings, fmt
 
 ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
@@ -23,7 +26,7 @@ ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens"
 
 def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     """The option's predicted gain with each assumption it depends on at half and double."""
-    from tasks.synthesis.decisions import evaluate
+    from tasks.decisions.formula import evaluate
 
     lines = []
     measured = rule_figures(figures, rules.assumptions)
@@ -45,8 +48,6 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
 def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], findings: Findings) -> str:
     """The options ranked by predicted TPOT change, each with its formula, inputs and the
     clause that decided it; every assumption with its sensitivity, each option's ledger history."""
-    from tasks.experiments.section import ledger_history
-
     values = rule_figures(figures, rules.assumptions)
     rows = [
         [

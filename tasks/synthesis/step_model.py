@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from orchestrator.report import md_table
 from tasks.analysis.categories import Category
-from tasks.synthesis.estimates import category_ms, typical_ms, weight_bytes_per_step
-from tasks.synthesis.figures import KeyFigures
+from tasks.decisions.estimates import category_ms, typical_ms, weight_bytes_per_step
+from tasks.decisions.figures import KeyFigures
 from tasks.view import fmt
 
 

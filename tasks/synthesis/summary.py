@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tasks.analysis.categories import Category
 from tasks.analysis.results import CategoryFigures
-from tasks.synthesis.figures import KeyFigures
+from tasks.decisions.figures import KeyFigures
 
 
 def tail_note(category: CategoryFigures) -> str:

@@ -16,11 +16,11 @@ from typing import Any
 from tasks.allreduce.results import AllreduceResult
 from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
+from tasks.decisions.figures import KeyFigures, w4a16_speedup
+from tasks.decisions.gemm_prediction import W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
+from tasks.decisions.vocabulary import MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
-from tasks.synthesis.figures import KeyFigures, w4a16_speedup
-from tasks.synthesis.reconcile import W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
-from tasks.synthesis.vocabulary import MEASURED_IN_PLACE
 
 BYTES_PER_WEIGHT = {"bf16": 2.0, "fp8": 1.0, "w4a16": 0.5}
 GPU_MEMORY_USABLE = 0.9

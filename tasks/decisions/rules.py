@@ -1,4 +1,5 @@
-"""The decision record: every option of `decision_rules.toml` with a predicted TPOT change.
+"""The decision rules file: its schema, loaded into typed options and checked against the
+vocabulary (every name a formula reads), so a mistake is exit 2 at `init`/`check`.
 
 Each option has `when` (does it apply here: a condition on the campaign's figures) and `gain_ms`
 (the TPOT it would save, an arithmetic expression of measured figures and stated assumptions).
@@ -12,36 +13,18 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import InputError
-from tasks.synthesis.formula import Outcome, evaluate, explain, fmt_figure, fmt_ms, formula_names, matters, unknown_name
-from tasks.synthesis.vocabulary import DERIVED_FROM_ASSUMPTIONS, FIGURES, variant_names
-
-__all__ = ["evaluate", "fmt_figure", "fmt_ms", "matters"]  # re-exported: the record's readers use them
+from tasks.decisions.formula import formula_names, unknown_name
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, FIGURES, variant_names
 
 RULES_PATH = Path(__file__).with_name("decision_rules.toml")
 DEFAULT_MIN_GAIN_PCT = 3.0
-
-
-@dataclass
-class Option:
-    id: str
-    title: str
-    condition: str
-    gain_formula: str
-    why: str
-    compromises_precision: bool
-    gain_ms: float | None = None
-    gain_pct: float | None = None
-    inputs: dict[str, float | None] = field(default_factory=dict)
-    decision: str = ""
-    reason: str = ""
-    rank: int | None = None
 
 
 class _Strict(BaseModel):
@@ -88,11 +71,16 @@ class RulesFile(_Strict):
 
 @dataclass
 class Rules:
-    options: list[dict[str, Any]]
+    """A rules file, loaded and checked: its options (typed, in file order), assumptions, bar."""
+
+    options: list[OptionSpec]
     assumptions: dict[str, float]
     min_gain_pct: float
     path: Path
-    specs: dict[str, OptionSpec] = field(default_factory=dict)
+
+    @property
+    def specs(self) -> dict[str, OptionSpec]:
+        return {option.id: option for option in self.options}
 
 
 def load_rules(path: Path = RULES_PATH) -> Rules:
@@ -114,13 +102,7 @@ def load_rules(path: Path = RULES_PATH) -> Rules:
             f"{path}: an option id appears twice ({sorted(i for i in ids if ids.count(i) > 1)[0]});"
             " give each [[option]] its own id"
         )
-    return Rules(
-        [option.model_dump() for option in parsed.option],
-        parsed.assumptions,
-        parsed.min_gain_pct,
-        path,
-        {option.id: option for option in parsed.option},
-    )
+    return Rules(list(parsed.option), parsed.assumptions, parsed.min_gain_pct, path)
 
 
 def check_vocabulary(path: Path, parsed: RulesFile) -> None:
@@ -181,74 +163,21 @@ def rules_error(path: Path, document: dict[str, Any], err: ValidationError) -> s
     return f"{path}: {where}: {first['msg']}; {fix}"
 
 
-def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
-    """Every option judged on ``figures`` (which include the rules' assumptions), ranked."""
-    tpot = figures.get("tpot_ms")
-    noise = figures.get("tpot_spread_pct")
-    bar_pct = max(rules.min_gain_pct, noise or 0.0)
-    bar_what = (
-        f"TPOT's measured spread ({noise:.1f}%)"
-        if noise and noise > rules.min_gain_pct
-        else f"min_gain_pct ({rules.min_gain_pct:g}% of TPOT)"
-    )
-    record = []
-    for spec in rules.options:
-        option = Option(
-            spec["id"],
-            spec["title"],
-            spec["when"],
-            spec["gain_ms"],
-            spec["why"],
-            bool(spec.get("compromises_precision")),
-        )
-        try:
-            applies = explain(spec["when"], figures)[0] if spec["when"].strip() else Outcome(True, "always")
-            gain, names = explain(spec["gain_ms"], figures)
-        except (KeyError, ValueError, SyntaxError) as err:
-            raise InputError(f"{rules.path}: option '{spec['id']}': fields 'when'/'gain_ms': {err}") from None
-        option.inputs = {name: figures.get(name) for name in names}
-        option.gain_ms = gain.value
-        option.gain_pct = gain.value / tpot * 100 if gain.value is not None and tpot else None
-        missing = [name for name, value in option.inputs.items() if value is None]
-        predicted = (
-            f"predicted {fmt_ms(option.gain_ms)} ms ({option.gain_pct:+.1f}% of TPOT)"
-            if option.gain_ms is not None and option.gain_pct is not None
-            else ""
-        )
-        if option.compromises_precision:
-            option.decision = "rejected"
-            option.reason = "compromises precision; not adopted whatever it buys" + (
-                f" ({predicted})" if predicted else ""
+def session_rules(session: Any) -> Rules:
+    """The shipped decision rules, or the file `campaign.decision_rules` names (session:
+    tasks.session.Session), loaded once a session: every reader gets the same checked rules."""
+    cache = session.plans if session is not None else {}
+    if "decision_rules" not in cache:
+        chosen = session.config.campaign.decision_rules if session is not None else None
+        if chosen and not Path(chosen).is_file():
+            raise InputError(
+                f"{session.config_file}: field 'campaign.decision_rules': {chosen} is not a file;"
+                " name a decision rules TOML file, or leave it out for the shipped one"
             )
-        elif applies.value is False:
-            option.decision, option.reason = "not applicable", f"{applies.clause} is false"
-        elif option.gain_ms is None:
-            option.decision = "left to investigate"
-            option.reason = "not measured here: " + ", ".join(missing or ["a figure of its formula"])
-        elif option.gain_pct is not None and option.gain_pct < bar_pct:
-            option.decision = "not pursued"
-            option.reason = (
-                f"{predicted}: below {bar_what}"
-                if option.gain_ms > 0
-                else f"{predicted}: no change"
-                if option.gain_ms == 0
-                else f"{predicted}: it would make TPOT worse"
-            )
-        elif applies.value is None:
-            option.decision = "left to investigate"
-            option.reason = f"{predicted}, but {applies.clause} is not known here"
-        else:
-            option.decision = "prioritised"
-            option.reason = f"{predicted}, at or above {bar_what}; applies: {applies.clause}"
-        record.append(option)
-    chosen = sorted((o for o in record if o.decision == "prioritised"), key=lambda o: -(o.gain_ms or 0))
-    for rank, option in enumerate(chosen, 1):
-        option.rank = rank
-    order = {"prioritised": 0, "left to investigate": 1, "not pursued": 2, "rejected": 3, "not applicable": 4}
-    return sorted(record, key=lambda o: (order[o.decision], -(o.gain_ms if o.gain_ms is not None else -1e9)))
+        cache["decision_rules"] = load_rules(Path(chosen) if chosen else RULES_PATH)
+    return cache["decision_rules"]
 
 
 def campaign_rules(findings: Any) -> Rules:
-    """The shipped decision rules, or the file `campaign.decision_rules` names (findings: tasks.view.Findings)."""
-    chosen = findings.session.config.campaign.decision_rules if findings.session else None
-    return load_rules(Path(chosen) if chosen else RULES_PATH)
+    """The campaign's decision rules (findings: tasks.view.Findings)."""
+    return session_rules(findings.session)

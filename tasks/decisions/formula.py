@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
-from tasks.synthesis.vocabulary import FUNCTIONS
+from tasks.decisions.vocabulary import FUNCTIONS
 
 _COMPARE = {
     ast.Gt: operator.gt,

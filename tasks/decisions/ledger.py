@@ -13,7 +13,7 @@ import argparse
 import json
 import statistics
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -201,3 +201,9 @@ LEDGER = ExtraCommand(
     arguments=_arguments,
     run=_run,
 )
+
+
+def ledger_history(findings: Any, option: str) -> str:
+    """How ``option`` fared in the earlier campaigns of this reports folder's ledger (findings:
+    tasks.view.Findings)."""
+    return history(load_ledger(findings.session.reports_dir / LEDGER_NAME).records, option)

@@ -1,0 +1,100 @@
+"""The decision record as it is stored: each option's prediction, decision and inputs, written
+when the campaign's own measurements are done and before any experiment runs (so the findings set
+the prediction beside what the experiment measured, and never re-predict after the fact)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from tasks.decisions.decide import Decision, ShortOf, decide
+from tasks.decisions.estimates import rule_figures
+from tasks.decisions.figures import key_figures
+from tasks.decisions.rules import campaign_rules
+from tasks.models import Result
+from tasks.view import Findings
+
+
+class OptionPrediction(Result):
+    id: str
+    title: str
+    decision: Decision
+    reason: str
+    short_of: ShortOf | None = Field(None, description="why it is not pursued (set with that decision)")
+    rank: int | None = None
+    gain_ms: float | None = None
+    gain_pct: float | None = None
+    formula: str
+    inputs: dict[str, float | None] = Field(default_factory=dict)
+    compromises_precision: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_of_of_an_older_record(cls, data: Any) -> Any:
+        """A record stored before `short_of` existed: read from its reason, as it was then."""
+        if isinstance(data, dict) and "short_of" not in data and data.get("decision") == Decision.NOT_PURSUED:
+            gain = data.get("gain_ms") or 0.0
+            reason = data.get("reason", "")
+            data = data | {
+                "short_of": (ShortOf.NOISE if "spread" in reason else ShortOf.MIN_GAIN)
+                if gain > 0
+                else ShortOf.NO_CHANGE
+                if gain == 0
+                else ShortOf.SLOWER
+            }
+        return data
+
+
+class DecisionRecord(Result):
+    tpot_ms: float | None = Field(description="TPOT the predictions are against (the capture's level)")
+    concurrency: int = Field(description="the level the predictions are made at (the capture's concurrency)")
+    noise_pct: float | None = Field(None, description="TPOT's spread there, % of the median")
+    min_gain_pct: float
+    rules: str
+    assumptions: dict[str, float]
+    figures: dict[str, float | None] = Field(description="every figure the rules could read, as measured")
+    options: list[OptionPrediction]
+
+    def option(self, option_id: str) -> OptionPrediction | None:
+        return next((o for o in self.options if o.id == option_id), None)
+
+
+def make_record(findings: Findings, log: Any = None) -> DecisionRecord:
+    """The record of this campaign's figures under its rules (``log``: a line per option)."""
+    figures = key_figures(findings)
+    rules = campaign_rules(findings)
+    values = rule_figures(figures, rules.assumptions)
+    record = decide(values, rules)
+    for option in record:
+        if log is not None:
+            log(f"{option.id}: {option.decision} ({option.reason})")
+    return DecisionRecord(
+        tpot_ms=values.get("tpot_ms"),
+        concurrency=figures.capture_concurrency,
+        noise_pct=values.get("tpot_spread_pct"),
+        min_gain_pct=rules.min_gain_pct,
+        rules=str(rules.path),
+        assumptions=rules.assumptions,
+        figures={k: _number(v) for k, v in values.items()},
+        options=[
+            OptionPrediction(
+                id=o.id,
+                title=o.title,
+                decision=o.decision,
+                reason=o.reason,
+                short_of=o.short_of,
+                rank=o.rank,
+                gain_ms=o.gain_ms,
+                gain_pct=o.gain_pct,
+                formula=o.gain_formula,
+                inputs={k: _number(v) for k, v in o.inputs.items()},
+                compromises_precision=o.compromises_precision,
+            )
+            for o in record
+        ],
+    )
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
