@@ -23,7 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks" / "gemm" / "remote"))
-import vllm_gemm  # noqa: E402
+import vllm_gemm
 
 SHAPES = [(256, 256, "qkv_proj / down_proj / lm_head"), (128, 256, "o_proj"), (256, 512, "gate_up_proj")]
 

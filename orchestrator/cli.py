@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.campaign import Campaign
-from orchestrator.errors import InputError, Interrupted, OrchestrateError
+from orchestrator.errors import BAD_INPUT, DONE, EXIT_CODES, InputError, Interrupted, OrchestrateError
 from orchestrator.schema import TodoState
 
 
@@ -73,7 +73,12 @@ def _parser(description: str, extra: dict[str, ExtraCommand]) -> argparse.Argume
     # The global options are accepted before or after the subcommand (`orchestrate resume --config
     # X`): each subcommand takes them too, with SUPPRESS defaults so that one given before the
     # subcommand is not reset by the subcommand's own parse.
-    parser = argparse.ArgumentParser(prog="orchestrate", description=description)
+    parser = argparse.ArgumentParser(
+        prog="orchestrate",
+        description=description,
+        epilog="exit codes: "
+        + "; ".join(f"{code} {meaning.split(';')[0].split(' (')[0]}" for code, meaning in EXIT_CODES.items()),
+    )
     _add_options(parser, with_defaults=True)
     parser.add_argument("--version", action="version", version=f"orchestrate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,7 +133,7 @@ def main(
     try:
         args = _parser(description or __doc__.splitlines()[0], extra).parse_args(argv)
     except SystemExit as exit_:
-        return 2 if exit_.code not in (0, None) else 0
+        return BAD_INPUT if exit_.code not in (0, None) else DONE
     try:
         _check_paths(args)
         if args.command in extra:
@@ -136,7 +141,7 @@ def main(
         return _dispatch(args, open_campaign)
     except BrokenPipeError:
         # The reader of our output went away (`orchestrate schema | head`): nothing to report.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep Python's exit flush quiet
+        sys.stdout = open(os.devnull, "w")  # keep Python's exit flush quiet
         return 0
     except KeyboardInterrupt:
         print(f"orchestrate: interrupted; state saved in {args.state}; `orchestrate resume` goes on", file=sys.stderr)

@@ -6,17 +6,33 @@ here must say what went wrong, where (file, field, host) and how to fix it.
 
 from __future__ import annotations
 
+DONE, TASK_FAILED, BAD_INPUT, LOCKED, HOST_FAILED, BUG, INTERRUPTED = 0, 1, 2, 3, 4, 70, 130
+EXIT_CODES: dict[int, str] = {
+    DONE: "done",
+    TASK_FAILED: "a task failed; its `error` in the todo file has the message and output tail; `resume` retries it",
+    BAD_INPUT: "bad input: config, state file, trace, model config, rules, ledger, arguments (one line names the file,"
+    " field and fix; nothing on disk changed)",
+    LOCKED: "another orchestrate holds this state file's lock (the message names its pid)",
+    HOST_FAILED: "the host could not be reached or refused us (SSH auth, a key file that is not a key, unknown or changed"
+    " host key)",
+    BUG: "a bug in orchestrate: a phase unit read a result it did not declare, or a findings section asked for a"
+    " task no unit declares (the line names both; please report it)",
+    INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); the state was saved and `resume` goes on",
+}
+"""Every exit code and what it means: the one source (the README's table is checked against it,
+`orchestrate --help` prints it, each error class below names its code from here)."""
+
 
 class OrchestrateError(Exception):
     """Base of every error the tool reports to its user without a traceback."""
 
-    exit_code = 1
+    exit_code = TASK_FAILED
 
 
 class TaskFailed(OrchestrateError):
     """A task's own work failed (a benchmark crashed, the server died). `resume` retries it."""
 
-    exit_code = 1
+    exit_code = TASK_FAILED
 
     def __init__(self, message: str, output_tail: str = "") -> None:
         super().__init__(message)
@@ -26,19 +42,19 @@ class TaskFailed(OrchestrateError):
 class InputError(OrchestrateError):
     """Bad user input: config, state file, trace, model config. Nothing on disk was changed."""
 
-    exit_code = 2
+    exit_code = BAD_INPUT
 
 
 class StateLocked(OrchestrateError):
     """Another orchestrator holds the state file's lock."""
 
-    exit_code = 3
+    exit_code = LOCKED
 
 
 class HostError(OrchestrateError):
     """The host could not be reached or refused us (auth, host key, connection lost)."""
 
-    exit_code = 4
+    exit_code = HOST_FAILED
 
 
 class ConnectionLost(HostError):
@@ -66,13 +82,13 @@ class UnitBug(OrchestrateError):
     findings section asked for a task no unit declares): a bug in orchestrate, not the user's
     input; retrying changes nothing. The message names both tasks."""
 
-    exit_code = 70
+    exit_code = BUG
 
 
 class Interrupted(OrchestrateError):
     """Ctrl-C: the state was left consistent and `orchestrate resume` goes on."""
 
-    exit_code = 130
+    exit_code = INTERRUPTED
 
 
 def tail_lines(text: str, count: int) -> str:

@@ -305,7 +305,7 @@ class Runner:
                 f"interrupted during '{todo.id}'; state saved to {self.state_path},"
                 " `orchestrate resume` goes on from there"
             ) from None
-        except Exception as err:  # noqa: BLE001 - every failure is recorded, then re-raised
+        except Exception as err:  # every failure is recorded, then re-raised
             tail = getattr(err, "output_tail", "") or ""
             todo.error = TodoError(
                 message=str(err) or repr(err), kind=type(err).__name__, output_tail=tail_lines(tail, 40)

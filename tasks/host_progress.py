@@ -21,7 +21,7 @@ class Reporter:
     """Writes at most one line every ``every_s`` seconds a label, and always the first and last
     (done == total): a 20,000-request run must not flood an SSH channel with 20,000 lines."""
 
-    def __init__(self, every_s: float = 0.5, stream=None) -> None:  # noqa: ANN001 - a text stream
+    def __init__(self, every_s: float = 0.5, stream=None) -> None:  # a text stream
         self.every_s = every_s
         self.stream = stream or sys.stderr
         self.last: dict[str, float] = {}

@@ -421,3 +421,20 @@ def test_resume_with_a_missing_model_exits_2_in_seconds_naming_it(tmp_path: Path
     assert "FAIL  service.model: " in result.stdout and "no-such-model" in result.stdout
     assert "pre-flight: 1 problem would stop the campaign" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "state" / "todo.json").exists() and time.monotonic() - started < 60
+
+
+def test_the_readmes_exit_code_table_is_the_one_source() -> None:
+    """orchestrator/errors.py's EXIT_CODES is where codes are defined; the README shows it, and
+    every error class's code is one of them."""
+    import re
+
+    from conftest import ROOT
+
+    import orchestrator.errors as errors
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Exit codes") :].split("\n\n")[1]
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", table, re.MULTILINE))
+    assert {int(code): meaning for code, meaning in rows.items()} == errors.EXIT_CODES
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.OrchestrateError)]
+    assert {c.exit_code for c in classes} <= set(errors.EXIT_CODES)

@@ -30,7 +30,7 @@ from tasks.service.launch import fill_placeholders
 def test_the_todo_list_grows_from_a_result_and_resumes_with_it(tmp_path: Path) -> None:
     ran: list[str] = []
 
-    def grow(state):  # noqa: ANN001, ANN202 - the engine's hook
+    def grow(state):  # the engine's hook
         record = state.by_id().get("record")
         if record is None or record.status != Status.completed:
             return []

@@ -102,7 +102,7 @@ def test_nvlink_multicast_is_off_for_every_server_on_a_cuda_host_unless_the_user
     from tasks.service.launch import launch_plan
     from tasks.session import Session
 
-    def plan_for(service: str, accelerator: str):  # noqa: ANN202
+    def plan_for(service: str, accelerator: str):
         path = tmp_path / "campaign.toml"
         path.write_text(f'[service]\nmodel = "/models/m"\n{service}')
         config, _ = load_config(path, UNITS)

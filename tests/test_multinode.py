@@ -65,7 +65,7 @@ def namespace_nodes(tmp_path_factory: pytest.TempPathFactory):
     nodes.stop()
 
 
-def left_on(node, settle_s: float = 10) -> list[str]:  # noqa: ANN001 - netns_nodes.Node
+def left_on(node, settle_s: float = 10) -> list[str]:  # netns_nodes.Node
     """What still runs on the node once the SSH sessions just closed have ended (their shells'
     watchdog loops exit within a second)."""
     deadline = time.monotonic() + settle_s

@@ -36,7 +36,7 @@ def toy_specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     return [TaskSpec(TOY_HELLO, "Say the configured word", "toy", run, inputs={"toy": session.config.toy.model_dump()})]
 
 
-def toy_section(findings) -> str:  # noqa: ANN001
+def toy_section(findings) -> str:
     result = findings.result(TOY_HELLO)
     return f"## Toy phase\n\nThe host said **{result.greeting}** ({result.letters} letters).\n" if result else ""
 

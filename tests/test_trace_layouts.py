@@ -265,7 +265,7 @@ class _Counting:
     def __init__(self, decoder: msgspec.json.Decoder, refuse: bool = False) -> None:
         self.decoder, self.refuse, self.runs = decoder, refuse, 0
 
-    def decode(self, data):  # noqa: ANN001, ANN201 - as msgspec's
+    def decode(self, data):  # as msgspec's
         if self.refuse:
             raise msgspec.ValidationError("refused: decode every event")
         events = self.decoder.decode(data)

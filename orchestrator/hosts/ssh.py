@@ -70,7 +70,7 @@ class _RefuseUnknownKey(paramiko.MissingHostKeyPolicy):
     def __init__(self, known_hosts: str, hostname: str, port: int) -> None:
         self.known_hosts, self.hostname, self.port = known_hosts, hostname, port
 
-    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+    def missing_host_key(self, client, hostname, key):  # paramiko's signature
         fingerprint = key.fingerprint  # "SHA256:..."
         raise HostKeyError(
             f"host key of {hostname} ({key.get_name()} {fingerprint}) is not in {self.known_hosts};"

@@ -27,7 +27,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     ]
 
 
-def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+def _section(findings) -> str:  # tasks.view.Findings
     from tasks.allreduce.section import allreduce_section
 
     return allreduce_section(findings)

@@ -100,7 +100,7 @@ def start_node(
     return NodeRun(node, pid, log, status_file)
 
 
-def read_status(host, run: NodeRun) -> str:  # noqa: ANN001 - orchestrator.hosts.base.Host
+def read_status(host, run: NodeRun) -> str:  # orchestrator.hosts.base.Host
     return host.run(f"cat {shlex.quote(run.status_file)} 2>/dev/null", check=False, timeout_s=30).stdout.strip()
 
 

@@ -108,7 +108,7 @@ def allreduce_action(session: Session):
         for env in variants:
             try:
                 document = bench(session, args, tp, base_env | env, variant_tag(env), ctx.progress, ctx.log)
-            except Exception as err:  # noqa: BLE001 - a forced NCCL variant may be invalid here
+            except Exception as err:  # a forced NCCL variant may be invalid here
                 if not env:
                     raise
                 runs.append(AllreduceRun(env=env, error=str(err)[:300]))

@@ -99,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_table(analysis, rules: str) -> None:  # noqa: ANN001 - tasks.analysis.results.Breakdown
+def _print_table(analysis, rules: str) -> None:  # tasks.analysis.results.Breakdown
     from rich.console import Console
     from rich.table import Table
 
@@ -164,7 +164,7 @@ def _print_table(analysis, rules: str) -> None:  # noqa: ANN001 - tasks.analysis
     )
 
 
-def _write(out: Path, analysis, document: dict) -> None:  # noqa: ANN001
+def _write(out: Path, analysis, document: dict) -> None:
     import os
 
     from tasks.analysis.section import breakdown_figure, imbalance_text, rank_section

@@ -14,7 +14,7 @@ def _ci95_ms(per_step_us: np.ndarray) -> float | None:
     return float(1.96 * per_step_us.std(ddof=1) / np.sqrt(per_step_us.shape[0]) / 1000)
 
 
-def _cpu_ops(columns, classify) -> tuple[np.ndarray, ...]:  # noqa: ANN001 - Columns, Classifier
+def _cpu_ops(columns, classify) -> tuple[np.ndarray, ...]:  # Columns, Classifier
     """CPU op time, each microsecond counted once. CPU ops nest (a torch.compile graph call >
     aten::linear > aten::addmm): an op a rule matches counts whole, under its category, unless it
     is inside another matched op; an op an `own_time` rule matches counts only its own time

@@ -97,7 +97,7 @@ def analyser_modules() -> list[Path]:
     return sorted(seen)
 
 
-def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+def _section(findings) -> str:  # tasks.view.Findings
     from tasks.analysis.section import breakdown_section
 
     return breakdown_section(findings)

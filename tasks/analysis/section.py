@@ -212,7 +212,7 @@ def imbalance_text(analysis: Breakdown) -> str:
     )
 
 
-def breakdown_figure(analysis: Breakdown):  # noqa: ANN201 - a matplotlib Figure
+def breakdown_figure(analysis: Breakdown):  # a matplotlib Figure
     import matplotlib
 
     matplotlib.use("Agg")

@@ -24,13 +24,13 @@ class Event(msgspec.Struct, gc=False):
 
 
 class Metadata(msgspec.Struct):
-    distributedInfo: dict | None = None  # noqa: N815 - the format's name
+    distributedInfo: dict | None = None  # the format's name
     trace_id: str | None = None
 
 
 class Whole(msgspec.Struct):
-    traceEvents: list[Event] = []  # noqa: N815 - the format's name
-    distributedInfo: dict | None = None  # noqa: N815
+    traceEvents: list[Event] = []  # the format's name
+    distributedInfo: dict | None = None
     trace_id: str | None = None
 
 
@@ -55,8 +55,8 @@ WHOLE = msgspec.json.Decoder(Whole)
 
 
 class LinkedWhole(msgspec.Struct):
-    traceEvents: list[Linked] = []  # noqa: N815 - the format's name
-    distributedInfo: dict | None = None  # noqa: N815
+    traceEvents: list[Linked] = []  # the format's name
+    distributedInfo: dict | None = None
     trace_id: str | None = None
 
 

@@ -173,11 +173,11 @@ def _bad(path: Path, why: str, fix: str | None = None) -> InputError:
     )
 
 
-def _open(path: Path):  # noqa: ANN202 - a binary file object
+def _open(path: Path):  # a binary file object
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)
-        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")  # noqa: SIM115
+        return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
     except OSError as err:
         raise _bad(path, f"cannot read ({err.strerror or err})") from None
 
@@ -209,7 +209,7 @@ class _NoProvableCut(Exception):
     """The streamed cuts could not be proven: decode the whole document instead."""
 
 
-def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN001
+def _stream_events(path: Path, stream, columns: Columns) -> None:
     buffer = stream.read(BLOCK_BYTES)
     # Where the events array starts: after `"traceEvents": [`, or a bare array document.
     while True:
@@ -246,7 +246,7 @@ def _stream_events(path: Path, stream, columns: Columns) -> None:  # noqa: ANN00
         raise _bad(path, "text after the events array")
 
 
-def _events_then_trailer(path: Path, stream, text: bytes, columns: Columns) -> bytes:  # noqa: ANN001
+def _events_then_trailer(path: Path, stream, text: bytes, columns: Columns) -> bytes:
     """Take the array's events run by run; returns the document after the array's `]`.
 
     The buffer keeps one byte before the current run: the run is decoded in place, with that

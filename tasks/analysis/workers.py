@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def worker_pool(workers: int, method: str | None = None):  # noqa: ANN201 - a multiprocessing Pool
+def worker_pool(workers: int, method: str | None = None):  # a multiprocessing Pool
     """Forked workers start at once, with this process's imports; a spawned one starts a fresh
     interpreter and imports numpy and msgspec again (~0.2 s of a 3 s analysis of 8 ranks).
     Forking is only safe with no other thread that may hold a lock the child inherits (a

@@ -31,7 +31,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     ]
 
 
-def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+def _section(findings) -> str:  # tasks.view.Findings
     from tasks.gemm.section import gemm_section
 
     return gemm_section(findings)

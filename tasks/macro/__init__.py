@@ -38,7 +38,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     )
     cfg = session.config.macro
 
-    def serving(ref, content: str, action, after, inputs: dict) -> TaskSpec:  # noqa: ANN001
+    def serving(ref, content: str, action, after, inputs: dict) -> TaskSpec:
         """A serving todo: on the campaign's server, after ``after``; its load client reads the
         model facts (the prompt vocabulary), which the server's readiness already waited for."""
         return TaskSpec(
@@ -104,7 +104,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     return specs
 
 
-def _section(findings) -> str:  # noqa: ANN001 - tasks.findings.Findings
+def _section(findings) -> str:  # tasks.view.Findings
     from tasks.macro.section import macro_section
 
     return macro_section(findings)

@@ -29,7 +29,7 @@ def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
 
     conc = [level.concurrency for level in levels]
 
-    def axes(title: str, ylabel: str):  # noqa: ANN202 - matplotlib objects
+    def axes(title: str, ylabel: str):  # matplotlib objects
         fig, ax = plt.subplots(figsize=(6, 4))
         ax.set(xscale="log", xlabel="concurrency", ylabel=ylabel, title=title)
         ax.set_xticks(conc)
@@ -37,7 +37,7 @@ def plot_sweep(levels: list[LevelSummary], findings: Findings) -> list[str]:
         ax.xaxis.set_minor_formatter(NullFormatter())
         return fig, ax
 
-    def save(fig, name: str) -> str:  # noqa: ANN001
+    def save(fig, name: str) -> str:
         findings.attach_figure(name, fig)
         return name
 

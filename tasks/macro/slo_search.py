@@ -17,7 +17,7 @@ from tasks.macro.results import LevelSummary, SearchPoint, SloSearch
 from tasks.session import Session
 
 
-def met_pct(level: LevelSummary, macro) -> float:  # noqa: ANN001 - the [macro] section
+def met_pct(level: LevelSummary, macro) -> float:  # the [macro] section
     met, _ = goodput(level.latencies or [], level.duration_s, macro.slo_ttft_ms, macro.slo_tpot_ms, macro.slo_e2e_ms)
     return met / level.requests * 100 if level.requests else 0.0
 

@@ -73,7 +73,7 @@ def rates_table(rates: MacroRates, findings: Findings) -> str:
     )
 
 
-def goodput_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # noqa: ANN001 - the [macro] section
+def goodput_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # the [macro] section
     """Requests meeting every SLO set in [macro], and those a second of the runs (vLLM bench's goodput),
     from each request's stored latencies: changing an SLO needs no new measurement."""
     slos = {
@@ -192,7 +192,7 @@ def stall_cell(stalls: Stalls | None) -> str:
     return f"{stalls.count} ({stalls.max_ms:.0f})" if stalls.count else "0"
 
 
-def percentiles_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # noqa: ANN001 - the [macro] section
+def percentiles_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # the [macro] section
     """`macro.percentiles` of TTFT, TPOT and E2E for every run, from the stored per-request
     latencies (so a new list needs no new run); shown when it asks for more than p50 and p99."""
     from tasks.macro.metrics import percentile

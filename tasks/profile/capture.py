@@ -169,7 +169,7 @@ def capture_action(session: Session):
     return run
 
 
-def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> PendingCapture:  # noqa: ANN001
+def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> PendingCapture:
     host = session.host()
     port = session.config.service.port
     before = {node.index: set(list_traces(session, node)) for node in session.nodes}
