@@ -108,3 +108,41 @@ def test_the_typed_config_is_the_shape_of_the_assembled_one() -> None:
         if name != "campaign":
             assert field.annotation == hints[name], name
     assert set(model.model_fields["campaign"].annotation.model_fields) == set(typing.get_type_hints(CampaignSettings))
+
+
+def test_every_config_field_is_an_input_of_a_task_or_marked_as_none() -> None:
+    """Staleness is declared where the data is: a field that changes no result carries
+    NOT_AN_INPUT (tasks/models.py); every other field is in the recorded inputs of some todo, so a
+    change to it re-runs what it affects. A new field is an input until someone marks it."""
+    from pathlib import Path
+
+    from tasks.config import config_model
+    from tasks.models import input_tasks
+    from tasks.plan import build_campaign
+    from tasks.registry import UNITS
+    from tasks.session import Session
+
+    everything = {"macro": {"request_rates": [1.0], "slo_search": True, "slo_tpot_ms": 50.0}}
+    config = config_model(UNITS).model_validate(everything)
+    session = Session(
+        config=config,
+        state_path=Path("/nonexistent/todo.json"),
+        reports_dir=Path("/nonexistent"),
+        host_factory=lambda: None,
+    )
+    specs = build_campaign(session, UNITS).tasks
+    recorded: dict[str, set[str]] = {}
+    for spec in specs:
+        for section, values in (spec.inputs or {}).items():
+            if isinstance(values, dict):
+                recorded.setdefault(section, set()).update(values)
+    for section in ("host", "service", "macro", "profile", "gemm", "allreduce"):
+        fields = type(getattr(config, section)).model_fields
+        unrecorded = [
+            name
+            for name, info in fields.items()
+            if name not in recorded.get(section, set()) and input_tasks(info, "any") != []
+        ]
+        assert unrecorded == [], (
+            f"[{section}] fields no todo records as an input and none marks NOT_AN_INPUT: {unrecorded}"
+        )

@@ -95,9 +95,7 @@ def node_facts(index: int, name: str, text: str, configured: str) -> NodeFacts:
 
 def host_identity(config: Any) -> dict[str, Any]:
     """The host settings that change which machine (or Python) results come from."""
-    identity = config.host.model_dump(
-        include={"kind", "alias", "hostname", "port", "user", "workdir", "python", "accelerator", "env_setup"}
-    )
+    identity = config.host.inputs_for(HOST_FACTS.id)
     identity["env_setup"] = redacted_shell(identity["env_setup"])  # it may export a token
     nodes = [node.model_dump() | {"env_setup": redacted_shell(node.env_setup)} for node in getattr(config, "nodes", [])]
     return identity | ({"nodes": nodes} if nodes else {})

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tasks.models import Section
+from tasks.models import NOT_AN_INPUT, Section
 
 
 class HostSection(Section):
@@ -15,9 +15,9 @@ class HostSection(Section):
     hostname: str | None = None
     port: int = Field(22, ge=1, le=65535)
     user: str | None = None
-    identity_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    ssh_config: str | None = "~/.ssh/config"
+    identity_file: str | None = Field(None, json_schema_extra=NOT_AN_INPUT)
+    known_hosts: str = Field("~/.ssh/known_hosts", json_schema_extra=NOT_AN_INPUT)
+    ssh_config: str | None = Field("~/.ssh/config", json_schema_extra=NOT_AN_INPUT)
     workdir: str | None = Field(None, description="folder on the host for scripts, logs, traces")
     python: str | None = Field(None, description="python on the host that has torch and vllm")
     accelerator: Literal["auto", "cuda", "cpu"] = "auto"

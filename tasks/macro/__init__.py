@@ -17,26 +17,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import rate_sweep, single_stream, sweep
     from tasks.macro.slo_search import slo_search
 
-    # The failure and outlier thresholds judge results; they change no measurement, so they are not inputs.
-    # SLOs judge the stored per-request latencies when the findings are written: not inputs.
-    macro = session.config.macro.model_dump(
-        exclude={
-            "max_failed_pct",
-            "outlier_pct",
-            "slo_ttft_ms",
-            "slo_tpot_ms",
-            "slo_e2e_ms",
-            "request_rates",
-            "burstiness",
-            "rate_max_concurrency",
-            "slo_search",
-            "slo_met_pct",
-            "slo_search_runs",
-            "slo_search_start_rate",
-            "percentiles",
-        }
-    )
-    cfg = session.config.macro
+    cfg = session.config.macro  # which fields each todo's result depends on: marked in tasks/macro/config.py
 
     def serving(ref, content: str, action, after, inputs: dict) -> TaskSpec:
         """A serving todo: on the campaign's server, after ``after``; its load client reads the
@@ -53,52 +34,40 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             inputs={"macro": inputs},
         )
 
-    single_inputs = {k: v for k, v in macro.items() if k not in ("concurrency_max", "requests_per_level")}
     specs = [
         serving(
             MACRO_SINGLE,
             "Measure single-stream TPOT (sequential requests after warmup)",
             single_stream(session),
             SERVICE_READY,
-            single_inputs,
+            cfg.inputs_for(MACRO_SINGLE.id),
         ),
         serving(
             MACRO_SWEEP,
             "Sweep concurrency: throughput and TTFT/TPOT/ITL/E2E percentiles",
             sweep(session),
             MACRO_SINGLE,
-            macro,
+            cfg.inputs_for(MACRO_SWEEP.id),
         ),
     ]
     if cfg.request_rates:
-        rate_keys = {"request_rates", "burstiness", "rate_max_concurrency"}
         specs.append(
             serving(
                 MACRO_RATES,
                 "Open-loop request rates (Poisson/bursty arrivals): latency and goodput",
                 rate_sweep(session),
                 MACRO_SWEEP,
-                {**macro, **cfg.model_dump(include=rate_keys)},
+                cfg.inputs_for(MACRO_RATES.id),
             )
         )
     if cfg.slo_search:
-        search_keys = {
-            "burstiness",
-            "rate_max_concurrency",
-            "slo_ttft_ms",
-            "slo_tpot_ms",
-            "slo_e2e_ms",
-            "slo_met_pct",
-            "slo_search_runs",
-            "slo_search_start_rate",
-        }
         specs.append(
             serving(
                 MACRO_SLO_SEARCH,
                 "Search the highest request rate that meets the SLOs (goodput)",
                 slo_search(session),
                 MACRO_SWEEP,
-                {**macro, **cfg.model_dump(include=search_keys)},
+                cfg.inputs_for(MACRO_SLO_SEARCH.id),
             )
         )
     return specs

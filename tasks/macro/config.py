@@ -6,7 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.models import Section
+from tasks.macro.results import MACRO_RATES, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.models import NOT_AN_INPUT, Section, input_of
+
+LOADED = input_of(MACRO_SWEEP.id, MACRO_RATES.id, MACRO_SLO_SEARCH.id)
+"""The concurrency levels' settings: every serving todo after single stream reads them."""
+RATES = input_of(MACRO_RATES.id)
+OPEN_LOOP = input_of(MACRO_RATES.id, MACRO_SLO_SEARCH.id)
+SEARCH = input_of(MACRO_SLO_SEARCH.id)
 
 
 class MacroSection(Section):
@@ -14,11 +21,19 @@ class MacroSection(Section):
     output_tokens: int = Field(64, ge=2, le=1 << 20)
     warmup_requests: int = Field(2, ge=0, le=10000)
     single_stream_requests: int = Field(8, ge=1, le=100000)
-    concurrency_max: int = Field(8, ge=1, le=4096, description="the load client opens one connection a stream")
-    requests_per_level: int = Field(
-        16, ge=1, le=1000000, description="requests per concurrency level (at least 2x the level)"
+    concurrency_max: int = Field(
+        8, ge=1, le=4096, description="the load client opens one connection a stream", json_schema_extra=LOADED
     )
-    max_failed_pct: float = Field(1.0, ge=0, le=100, description="more failed requests than this fails the level")
+    requests_per_level: int = Field(
+        16,
+        ge=1,
+        le=1000000,
+        description="requests per concurrency level (at least 2x the level)",
+        json_schema_extra=LOADED,
+    )
+    max_failed_pct: float = Field(
+        1.0, ge=0, le=100, description="more failed requests than this fails the level", json_schema_extra=NOT_AN_INPUT
+    )
     repeats: int = Field(
         3, ge=1, le=100, description="runs of every level; figures pool them, their spread is the noise"
     )
@@ -28,19 +43,46 @@ class MacroSection(Section):
         le=1000,
         description="a run whose mean TPOT is further than this from"
         " the median of the runs is measured again, and flagged if it persists",
+        json_schema_extra=NOT_AN_INPUT,
     )
     request_rates: list[Annotated[float, Field(gt=0, le=1e6)]] = Field(
-        default_factory=list, description="open-loop levels, requests a second, after the concurrency sweep"
+        default_factory=list,
+        description="open-loop levels, requests a second, after the concurrency sweep",
+        json_schema_extra=RATES,
     )
-    burstiness: float = Field(1.0, gt=0, le=1e6, description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier")
-    rate_max_concurrency: int = Field(256, ge=1, le=4096, description="requests in flight at most in a rate level")
-    slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: requests whose TTFT is at most this...")
-    slo_tpot_ms: float | None = Field(None, gt=0, description="... and TPOT at most this ...")
-    slo_e2e_ms: float | None = Field(None, gt=0, description="... and E2E at most this, a second of the run")
-    slo_search: bool = Field(False, description="search the highest request rate that meets the SLOs")
-    slo_met_pct: float = Field(99.0, gt=0, le=100, description="a rate meets the SLOs when this share of requests does")
-    slo_search_runs: int = Field(8, ge=2, le=50, description="points the search may run (one run each)")
-    slo_search_start_rate: float = Field(1.0, gt=0, le=1e6, description="requests a second the search starts at")
+    burstiness: float = Field(
+        1.0,
+        gt=0,
+        le=1e6,
+        description="gamma shape of the arrival gaps: 1 Poisson, < 1 burstier",
+        json_schema_extra=OPEN_LOOP,
+    )
+    rate_max_concurrency: int = Field(
+        256, ge=1, le=4096, description="requests in flight at most in a rate level", json_schema_extra=OPEN_LOOP
+    )
+    slo_ttft_ms: float | None = Field(
+        None, gt=0, description="goodput: requests whose TTFT is at most this...", json_schema_extra=SEARCH
+    )
+    slo_tpot_ms: float | None = Field(None, gt=0, description="... and TPOT at most this ...", json_schema_extra=SEARCH)
+    slo_e2e_ms: float | None = Field(
+        None, gt=0, description="... and E2E at most this, a second of the run", json_schema_extra=SEARCH
+    )
+    slo_search: bool = Field(
+        False, description="search the highest request rate that meets the SLOs", json_schema_extra=NOT_AN_INPUT
+    )
+    slo_met_pct: float = Field(
+        99.0,
+        gt=0,
+        le=100,
+        description="a rate meets the SLOs when this share of requests does",
+        json_schema_extra=SEARCH,
+    )
+    slo_search_runs: int = Field(
+        8, ge=2, le=50, description="points the search may run (one run each)", json_schema_extra=SEARCH
+    )
+    slo_search_start_rate: float = Field(
+        1.0, gt=0, le=1e6, description="requests a second the search starts at", json_schema_extra=SEARCH
+    )
     endpoint: Literal["completions", "chat"] = Field(
         "completions",
         description=("/v1/completions, or /v1/chat/completions (text prompts, the model's chat template applied)"),
@@ -59,6 +101,7 @@ class MacroSection(Section):
         min_length=1,
         description="percentiles of TTFT, TPOT and E2E the findings list, from the stored per-request latencies"
         " (a change needs no new run)",
+        json_schema_extra=NOT_AN_INPUT,
     )
 
     @model_validator(mode="after")

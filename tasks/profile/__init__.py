@@ -22,7 +22,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     after = MACRO_SWEEP if "macro" in enabled else SERVICE_READY
     inputs = {
-        "profile": session.config.profile.model_dump(exclude={"stop_timeout_s"}),
+        "profile": session.config.profile.inputs_for(PROFILE_CAPTURE.id),
         "macro": {"input_tokens": session.config.macro.input_tokens},
     }
     return [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tasks.models import Section
+from tasks.models import NOT_AN_INPUT, Section
 
 
 class ProfileSection(Section):
@@ -20,4 +20,4 @@ class ProfileSection(Section):
         ),
     )
     output_tokens: int = Field(32, ge=2, le=1 << 20)
-    stop_timeout_s: float = Field(3600, gt=0)
+    stop_timeout_s: float = Field(3600, gt=0, json_schema_extra=NOT_AN_INPUT)

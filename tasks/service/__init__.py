@@ -25,7 +25,7 @@ from tasks.unit import PhaseUnit
 def service_identity(config: Any) -> dict[str, Any]:
     """The service settings that change what the server computes (not its port or deadlines);
     environment values as digests, so a token is never written into the todo file."""
-    identity = config.service.model_dump(exclude={"port", "ready_deadline_s", "stop_grace_s", "env", "master_port"})
+    identity = config.service.inputs_for(SERVICE_READY.id)
     return identity | {"env": redacted_env(config.service.env)}
 
 
