@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import InputError, OrchestrateError, TaskFailed, UnitBug
-from orchestrator.refs import ResultT, TaskRef, ref_id
+from orchestrator.refs import NeedRef, ResultT, TaskRef, ref_id
 from orchestrator.schema import Priority, Status, TodoState
 
 FactsT = TypeVar("FactsT", bound=BaseModel)
@@ -79,7 +79,7 @@ class TaskContext:
                 f" {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
             ) from None
 
-    def need_facts(self, need: str, model: type[FactsT]) -> FactsT:
+    def need_facts(self, need: NeedRef | str, model: type[FactsT]) -> FactsT:
         """What ensuring ``need`` reported, as its typed model (the task must hold the need)."""
         if need not in self.facts:
             raise UnitBug(
@@ -131,7 +131,7 @@ class TaskSpec:
     kind: str
     action: Callable[[TaskContext], BaseModel | dict[str, Any]]
     depends_on: tuple[TaskRef[Any] | str, ...] = ()
-    needs: tuple[str, ...] = ()
+    needs: tuple[NeedRef | str, ...] = ()
     priority: Priority = Priority.medium
     inputs: dict[str, Any] = field(default_factory=dict)
     optional: tuple[TaskRef[Any] | str, ...] = ()
@@ -151,6 +151,7 @@ class TaskSpec:
             object.__setattr__(self, "ref", TaskRef(self.ref))
         object.__setattr__(self, "depends_on", tuple(ref_id(dep) for dep in self.depends_on))
         object.__setattr__(self, "optional", tuple(ref_id(dep) for dep in self.optional))
+        object.__setattr__(self, "needs", tuple(NeedRef(need) for need in self.needs))
         if not self.reads:
             object.__setattr__(self, "reads", frozenset(self.depends_on) | frozenset(self.optional))
 

@@ -35,3 +35,24 @@ class TaskRef(Generic[ResultT]):
 def ref_id(ref: TaskRef[Any] | str) -> str:
     """The id a dependency names; a plain string is an untyped task of the same id."""
     return ref.id if isinstance(ref, TaskRef) else ref
+
+
+class NeedRef(str):
+    """A resource a task needs held, by its handle: a role (``service``, ``accelerators_free``) or
+    a role's variant (an experiment's own server, ``service@fp8_kv``), whose facts reach the task
+    under the role too. A str, so the todo file and the runner's held set keep plain names; the
+    role and variant are read from the handle, never split by hand."""
+
+    role: str
+    variant_of: str | None
+
+    def __new__(cls, role: str, variant: str | None = None) -> NeedRef:
+        if variant is None and "@" in role:  # a name read back from the todo file
+            role, variant = role.split("@", 1)
+        handle = super().__new__(cls, f"{role}@{variant}" if variant else role)
+        handle.role, handle.variant_of = role, variant
+        return handle
+
+    def variant(self, name: str) -> NeedRef:
+        """This need for a variant named ``name`` (its own resource, conflicting with the role's)."""
+        return NeedRef(self.role, name)

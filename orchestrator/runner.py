@@ -289,7 +289,7 @@ class Runner:
             for need in spec.needs:
                 self._ensure(need, ctx)
             ctx.facts = {need: self.facts.get(need, {}) for need in spec.needs}
-            ctx.facts |= {need.split("@", 1)[0]: ctx.facts[need] for need in spec.needs if "@" in need}
+            ctx.facts |= {need.role: ctx.facts[need] for need in spec.needs if need.variant_of}
             result = result_document(spec, spec.action(ctx))
         except TaskSkipped as skip:
             todo.skipped_reason = str(skip)

@@ -7,6 +7,7 @@ from tasks.allreduce.config import AllreduceSection
 from tasks.allreduce.results import ALLREDUCE_BENCH
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
+from tasks.service.results import ACCELERATORS_FREE
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -21,7 +22,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             "allreduce",
             allreduce_action(session),
             depends_on=(HOST_FACTS, MODEL_FACTS),
-            needs=("accelerators_free",),
+            needs=(ACCELERATORS_FREE,),
             inputs={"allreduce": session.config.allreduce.model_dump()},
         )
     ]

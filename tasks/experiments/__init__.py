@@ -20,6 +20,7 @@ from tasks.experiments.chain import chain_specs, need_name, scope, variant_sessi
 from tasks.experiments.config import EXPERIMENTS_FIELD
 from tasks.experiments.plan import check_campaign_inputs, chosen_by_record, configured
 from tasks.experiments.results import DECISION_RECORD
+from tasks.service.results import ACCELERATORS_FREE, SERVICE
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 from tasks.view import Findings
@@ -93,7 +94,7 @@ def _needs(session: Session) -> dict[str, Need]:
         need_name(e): VariantServiceNeed(
             need_name(e),
             ServiceLifecycle(variant_session(session, e)),
-            frozenset({"service", "accelerators_free"} | names - {need_name(e)}),
+            frozenset({SERVICE, ACCELERATORS_FREE} | names - {need_name(e)}),
         )
         for e in experiments
     }

@@ -17,14 +17,14 @@ from typing import Any
 
 from orchestrator.campaign import TaskSpec
 from orchestrator.errors import InputError
-from orchestrator.refs import TaskRef
+from orchestrator.refs import NeedRef, TaskRef
 from tasks.analysis.results import ANALYSIS_BREAKDOWN
 from tasks.experiments.config import Change, Experiment
 from tasks.experiments.results import DECISION_RECORD
 from tasks.macro.results import MACRO_SINGLE, MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
 from tasks.profile.results import PROFILE_CAPTURE
-from tasks.service.results import SERVICE_READY
+from tasks.service.results import SERVICE, SERVICE_READY
 from tasks.session import Session
 
 SHADOWED: tuple[TaskRef[Any], ...] = (
@@ -43,8 +43,9 @@ def scope(experiment: Experiment) -> str:
     return f"exp_{experiment.name}_"
 
 
-def need_name(experiment: Experiment) -> str:
-    return f"service@{experiment.name}"
+def need_name(experiment: Experiment) -> NeedRef:
+    """The experiment's own server: a variant of the campaign's."""
+    return SERVICE.variant(experiment.name)
 
 
 def variant_config(config: Any, change: Change) -> Any:
@@ -114,7 +115,7 @@ def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any])
                 isolated=True,
                 content=f"Experiment {experiment.name} ({experiment.option}): {spec.content[0].lower()}{spec.content[1:]}",
                 depends_on=tuple(dict.fromkeys([previous, *kept])),
-                needs=tuple(need if n == "service" else n for n in spec.needs),
+                needs=tuple(need if n == SERVICE else n for n in spec.needs),
                 inputs=spec.inputs
                 | {"experiment": {"option": experiment.option, "change": experiment.change.describe()}},
             )

@@ -7,7 +7,7 @@ from tasks.gemm.config import GemmSection
 from tasks.gemm.results import GEMM_BENCH
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
-from tasks.service.results import SERVICE_READY
+from tasks.service.results import ACCELERATORS_FREE, SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -25,7 +25,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             gemm_action(session),
             depends_on=(HOST_FACTS, MODEL_FACTS, *server),
             optional=(SERVICE_READY,),
-            needs=("accelerators_free",),
+            needs=(ACCELERATORS_FREE,),
             inputs={"gemm": session.config.gemm.model_dump()},
         )
     ]

@@ -8,7 +8,7 @@ from orchestrator.schema import Priority
 from tasks.macro.config import MacroSection
 from tasks.macro.results import MACRO_RATES, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
-from tasks.service.results import SERVICE_READY
+from tasks.service.results import SERVICE, SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -28,7 +28,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             "macro",
             action,
             depends_on=(after,),
-            needs=("service",),
+            needs=(SERVICE,),
             optional=(MODEL_FACTS,),
             priority=Priority.high,
             inputs={"macro": inputs},

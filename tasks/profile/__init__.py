@@ -12,7 +12,7 @@ from tasks.macro.results import MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
 from tasks.profile.config import ProfileSection
 from tasks.profile.results import PROFILE_CAPTURE
-from tasks.service.results import SERVICE_READY
+from tasks.service.results import SERVICE, SERVICE_READY
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -32,7 +32,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             "profile",
             capture_action(session),
             depends_on=(after,),
-            needs=("service",),
+            needs=(SERVICE,),
             optional=(MODEL_FACTS,),
             priority=Priority.high,
             inputs=inputs,

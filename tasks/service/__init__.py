@@ -17,7 +17,7 @@ from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
 from tasks.redaction import redacted_env
 from tasks.service.config import ServiceSection
-from tasks.service.results import SERVICE_READY, ServiceFacts, ServiceReady
+from tasks.service.results import ACCELERATORS_FREE, SERVICE, SERVICE_READY, ServiceFacts, ServiceReady
 from tasks.session import Session
 from tasks.unit import PhaseUnit
 
@@ -30,7 +30,7 @@ def service_identity(config: Any) -> dict[str, Any]:
 
 
 def _ready(ctx: TaskContext) -> ServiceReady:
-    facts = ctx.need_facts("service", ServiceFacts)
+    facts = ctx.need_facts(SERVICE, ServiceFacts)
     ready = ServiceReady.model_validate(facts.model_dump(exclude={"health_seen_monotonic"}))
     if facts.health_seen_monotonic is not None:
         ready.health_to_task_done_s = round(time.monotonic() - facts.health_seen_monotonic, 3)
@@ -47,7 +47,7 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
             "service",
             _ready,
             depends_on=(HOST_FACTS, MODEL_FACTS),
-            needs=("service",),
+            needs=(SERVICE,),
             priority=Priority.high,
             inputs={"host": host_identity(session.config), "service": service_identity(session.config)},
         )
@@ -59,7 +59,7 @@ def _needs(session: Session) -> dict[str, Need]:
     from tasks.service.needs import AcceleratorsFreeNeed, ServiceNeed
 
     lifecycle = ServiceLifecycle(session)
-    return {"service": ServiceNeed(lifecycle), "accelerators_free": AcceleratorsFreeNeed(lifecycle)}
+    return {SERVICE: ServiceNeed(lifecycle), ACCELERATORS_FREE: AcceleratorsFreeNeed(lifecycle)}
 
 
 def _checks(session: Session) -> list:

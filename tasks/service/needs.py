@@ -8,12 +8,12 @@ from __future__ import annotations
 from orchestrator.campaign import TaskContext
 from tasks.host.results import HOST_FACTS
 from tasks.service.lifecycle import ServiceLifecycle
-from tasks.service.results import AcceleratorsFree, ServiceFacts
+from tasks.service.results import ACCELERATORS_FREE, SERVICE, AcceleratorsFree, ServiceFacts
 
 
 class ServiceNeed:
-    name = "service"
-    conflicts = frozenset({"accelerators_free"})
+    name = SERVICE
+    conflicts = frozenset({ACCELERATORS_FREE})
     reads = (HOST_FACTS,)  # the launch plan is the host's (its GPUs, its cores)
 
     def __init__(self, lifecycle: ServiceLifecycle) -> None:
@@ -34,8 +34,8 @@ class ServiceNeed:
 
 
 class AcceleratorsFreeNeed:
-    name = "accelerators_free"
-    conflicts = frozenset({"service"})
+    name = ACCELERATORS_FREE
+    conflicts = frozenset({SERVICE})
     reads = ()
 
     def __init__(self, lifecycle: ServiceLifecycle) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from orchestrator.refs import TaskRef
+from orchestrator.refs import NeedRef, TaskRef
 from tasks.models import Result
 
 
@@ -67,3 +67,9 @@ class AcceleratorsFree(Result):
 
 
 SERVICE_READY = TaskRef("service_ready", ServiceReady)
+
+
+SERVICE = NeedRef("service")
+"""The need of a task that talks to the campaign's server: it is up and answers."""
+ACCELERATORS_FREE = NeedRef("accelerators_free")
+"""The need of a microbenchmark: no server of ours holds the GPUs (or the cores)."""
