@@ -12,10 +12,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, create_model, field_validator
+from pydantic import Field, ValidationError, create_model
 
 from orchestrator.errors import InputError
 from orchestrator.validation import one_line
+from tasks.campaign_section import CampaignSection
 from tasks.models import Section
 from tasks.unit import PhaseUnit
 
@@ -33,39 +34,12 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
     selectable = tuple(unit.name for unit in units if unit.selectable)
     phase_name = Literal[selectable] if selectable else str  # type: ignore[valid-type]
 
+    # The one [campaign] class, with `phases` narrowed to these units' names (so a misspelt phase
+    # is refused naming the ones there are) and defaulting to all of them.
     campaign_section = create_model(
         "CampaignSection",
-        __base__=Section,
-        name=(str, Field("default", pattern=r"^[A-Za-z0-9_.-]+$")),
+        __base__=CampaignSection,
         phases=(list[phase_name], Field(default_factory=lambda: list(selectable))),
-        max_attempts=(int, Field(3, ge=1, le=100)),
-        baseline=(
-            str | None,
-            Field(
-                None,
-                description="a todo file, report folder or baseline.json to compare"
-                " against: the findings gain a 'Versus baseline' section",
-            ),
-        ),
-        applied_option=(
-            str | None,
-            Field(
-                None,
-                description="the decision option this campaign applied"
-                " (its id): a comparison shows its predicted gain beside the realised one",
-            ),
-        ),
-        decision_rules=(str | None, Field(None, description="a decision rules file replacing the shipped one")),
-        auto_experiments=(
-            bool,
-            Field(
-                False,
-                description="besides the [[experiments]] listed, run the options the"
-                " decision record calls for (what experiments = 'auto' does alone)",
-            ),
-        ),
-        max_experiments=(int, Field(3, ge=0, le=50, description="experiments 'auto' adds at most")),
-        __validators__={"unique": field_validator("phases")(_unique)},
     )
     fields: dict[str, Any] = {"campaign": (campaign_section, Field(default_factory=campaign_section))}
     for unit in units:
@@ -73,12 +47,6 @@ def config_model(units: list[PhaseUnit]) -> type[Section]:
             fields[unit.name] = (unit.config, Field(default_factory=unit.config_default or unit.config))
         fields |= unit.extra_config or {}
     return create_model("CampaignConfig", __base__=Section, **fields)
-
-
-def _unique(phases: list[str]) -> list[str]:
-    if len(set(phases)) != len(phases):
-        raise ValueError("a phase is listed twice")
-    return phases
 
 
 def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 from tasks.allreduce.config import AllreduceSection
+from tasks.campaign_section import CampaignSection
 from tasks.commands.config import CommandTask
 from tasks.experiments.config import ExperimentConfig
 from tasks.gemm.config import GemmSection
@@ -20,21 +21,8 @@ from tasks.profile.config import ProfileSection
 from tasks.service.config import ServiceSection
 
 
-class CampaignSettings(Protocol):
-    """`[campaign]`: the engine's part (built in tasks/config.py)."""
-
-    name: str
-    phases: list[str]
-    max_attempts: int
-    baseline: str | None
-    applied_option: str | None
-    decision_rules: str | None
-    auto_experiments: bool
-    max_experiments: int
-
-
 class CampaignConfig(Protocol):
-    campaign: CampaignSettings
+    campaign: CampaignSection
     host: HostSection
     nodes: list[NodeSection]
     service: ServiceSection

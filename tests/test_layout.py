@@ -97,8 +97,9 @@ def test_the_typed_config_is_the_shape_of_the_assembled_one() -> None:
     a section added, renamed or retyped in one and not the other fails here."""
     import typing
 
+    from tasks.campaign_section import CampaignSection
     from tasks.config import config_model
-    from tasks.config_types import CampaignConfig, CampaignSettings
+    from tasks.config_types import CampaignConfig
     from tasks.registry import UNITS
 
     model = config_model(UNITS)
@@ -107,7 +108,8 @@ def test_the_typed_config_is_the_shape_of_the_assembled_one() -> None:
     for name, field in model.model_fields.items():
         if name != "campaign":
             assert field.annotation == hints[name], name
-    assert set(model.model_fields["campaign"].annotation.model_fields) == set(typing.get_type_hints(CampaignSettings))
+    assert issubclass(model.model_fields["campaign"].annotation, CampaignSection)  # [campaign] declared once
+    assert set(model.model_fields["campaign"].annotation.model_fields) == set(CampaignSection.model_fields)
 
 
 def test_every_config_field_is_an_input_of_a_task_or_marked_as_none() -> None:
@@ -146,3 +148,25 @@ def test_every_config_field_is_an_input_of_a_task_or_marked_as_none() -> None:
         assert unrecorded == [], (
             f"[{section}] fields no todo records as an input and none marks NOT_AN_INPUT: {unrecorded}"
         )
+
+
+def test_layers_hold_and_the_decision_domain_has_one_home() -> None:
+    """benchmarks/structure.py's layers (engine < helpers < units < decisions < synthesis,
+    experiments < assembly < application): no import runs back up them but the one type-only
+    import of the typed config; synthesis and experiments read tasks/decisions, never each other."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import structure
+
+    found = structure.modules()
+    edges = structure.edges(found)
+    up = [
+        (a, b)
+        for a, b, _, type_only in edges
+        if structure.layer(b) > structure.layer(a) and a.split(".")[:2] != b.split(".")[:2] and not type_only
+    ]
+    assert up == []
+    pair = {"synthesis", "experiments"}
+    assert [(a, b) for a, b, _, _ in edges if {a.split(".")[:2][-1], b.split(".")[:2][-1]} == pair] == []
+    assert [(a, b) for a, b, _, _ in edges if a.startswith("tasks.decisions") and b.split(".")[1] in pair] == []
