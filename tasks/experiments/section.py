@@ -12,6 +12,7 @@ from tasks.decisions.rules import campaign_rules
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
+from tasks.experiments.sweep_section import sweep_section
 from tasks.experiments.verify import Verification, verify
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
@@ -40,7 +41,6 @@ def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | N
 
 def experiments_section(findings: Findings) -> str:
     """The experiments unit's closing section (after the decision record, which it checks)."""
-    from tasks.experiments.sweep_section import sweep_section
 
     rules = campaign_rules(findings)
     record, found = verifications(findings, rules)

@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.report import md_table
+from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures, key_figures
+from tasks.decisions.formula import evaluate
 from tasks.experiments.config import Experiment
 from tasks.experiments.plan import experiments_run
+from tasks.experiments.verify import variant_findings
 from tasks.macro.metrics import goodput
 from tasks.macro.results import LevelSummary
 from tasks.view import Findings, fmt
@@ -100,8 +103,6 @@ def predicted_point(
 ) -> tuple[float, float] | None:
     """(tokens/s a user, tokens/s a GPU) at c=1 where a decision rule predicts the point: n-gram
     speculative decoding with k draft tokens, or half the TP; None for any other parameter."""
-    from tasks.decisions.estimates import rule_figures
-    from tasks.decisions.formula import evaluate
 
     params = dict(experiment.point)
     if set(params) == {"num_speculative_tokens"} and int(params["num_speculative_tokens"]) > 0:
@@ -124,7 +125,6 @@ def sweep_section(findings: Findings, rules: object) -> str:
     found = grids(findings)
     if not found:
         return ""
-    from tasks.experiments.verify import variant_findings
 
     tp = findings.session.config.service.tensor_parallel
     base = key_figures(findings)

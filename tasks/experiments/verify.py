@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures, key_figures
+from tasks.decisions.formula import evaluate, matters
 from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import SHADOWED, chain_ids
 from tasks.experiments.config import Experiment
@@ -120,7 +122,6 @@ def verdict(predicted: float | None, real: Realised) -> tuple[str, float | None]
 def variant_rule_figures(findings: Findings, experiment: Experiment, rules: object) -> dict[str, float | None]:
     """The variant's figures in the rules' vocabulary, each named x_<figure>, plus the speculative
     decoding counters of its run at the prediction's level."""
-    from tasks.decisions.estimates import rule_figures
 
     view = variant_findings(findings, experiment)
     figures = key_figures(view)
@@ -136,8 +137,6 @@ def variant_rule_figures(findings: Findings, experiment: Experiment, rules: obje
 
 
 def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, rules: object) -> Verification:
-    from tasks.decisions.estimates import rule_figures
-    from tasks.decisions.formula import evaluate, matters
 
     option = record.option(experiment.option)
     base_figures = key_figures(findings)

@@ -7,14 +7,18 @@ from __future__ import annotations
 from tasks.decisions.decide import Option, decide
 from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import key_figures
+from tasks.decisions.rules import campaign_rules
 from tasks.service.results import SERVICE_READY
+from tasks.synthesis.crosscheck import crosscheck_section
+from tasks.synthesis.record import baseline_section, configuration_section, decision_section
+from tasks.synthesis.server_ran import server_ran_section
+from tasks.synthesis.setup import setup_section
+from tasks.synthesis.step_model import step_model_section
+from tasks.synthesis.summary import bottleneck_section, summary_section
 from tasks.view import Findings
 
 
 def opening_sections(findings: Findings) -> list[str]:
-    from tasks.synthesis.server_ran import server_ran_section
-    from tasks.synthesis.setup import setup_section
-    from tasks.synthesis.summary import summary_section
 
     figures = key_figures(findings)
     ready = findings.result(SERVICE_READY)
@@ -28,11 +32,6 @@ def opening_sections(findings: Findings) -> list[str]:
 def analysis_sections(findings: Findings) -> list[str]:
     """What the phases say together: the cross-checks, the decode-step model, the bottleneck and
     the decision record. The units' closing sections (the experiments) follow them."""
-    from tasks.decisions.rules import campaign_rules
-    from tasks.synthesis.crosscheck import crosscheck_section
-    from tasks.synthesis.record import decision_section
-    from tasks.synthesis.step_model import step_model_section
-    from tasks.synthesis.summary import bottleneck_section
 
     figures = key_figures(findings)
     return [
@@ -45,7 +44,6 @@ def analysis_sections(findings: Findings) -> list[str]:
 
 def record_sections(findings: Findings) -> list[str]:
     """The document's last sections: the baseline comparison and the config the results came from."""
-    from tasks.synthesis.record import baseline_section, configuration_section
 
     return [baseline_section(key_figures(findings), findings, judged(findings)), configuration_section(findings)]
 
@@ -53,8 +51,6 @@ def record_sections(findings: Findings) -> list[str]:
 def judged(findings: Findings) -> list[Option]:
     """The decision record of this view, judged once (two sections read it)."""
     if "judged" not in findings.cache:
-        from tasks.decisions.rules import campaign_rules
-
         rules = campaign_rules(findings)
         findings.cache["judged"] = decide(rule_figures(key_figures(findings), rules.assumptions), rules)
     return findings.cache["judged"]

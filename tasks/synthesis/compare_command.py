@@ -10,6 +10,7 @@ from pathlib import Path
 from orchestrator.atomic import write_atomic
 from orchestrator.cli import ExtraCommand
 from orchestrator.errors import InputError
+from tasks.synthesis.snapshot import comparison_document, load_snapshot
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +27,6 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tasks.synthesis.snapshot import comparison_document, load_snapshot
 
     a, b = load_snapshot(args.a), load_snapshot(args.b)
     document = comparison_document(a, b)

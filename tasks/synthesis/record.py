@@ -13,7 +13,7 @@ from orchestrator.schema import Status
 from tasks.decisions.decide import Option
 from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures
-from tasks.decisions.formula import fmt_figure, fmt_ms
+from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import ledger_history
 from tasks.decisions.rules import Rules
 from tasks.decisions.vocabulary import provenance
@@ -26,7 +26,6 @@ ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens"
 
 def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     """The option's predicted gain with each assumption it depends on at half and double."""
-    from tasks.decisions.formula import evaluate
 
     lines = []
     measured = rule_figures(figures, rules.assumptions)

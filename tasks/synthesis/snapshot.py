@@ -19,7 +19,10 @@ from orchestrator.errors import InputError
 from orchestrator.refs import TaskRef
 from orchestrator.report import md_table
 from orchestrator.statefile import load_state
+from tasks.decisions.decide import decide
+from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures, key_figures
+from tasks.decisions.rules import load_rules
 from tasks.macro.results import LevelSummary, Spread
 from tasks.model.results import MODEL_FACTS
 from tasks.view import Findings
@@ -123,9 +126,6 @@ def _require(path: Path, findings: Findings, ref: TaskRef[Any], why: str) -> Non
 
 
 def snapshot_of_state(path: Path) -> Snapshot:
-    from tasks.decisions.decide import decide
-    from tasks.decisions.estimates import rule_figures
-    from tasks.decisions.rules import load_rules
 
     state = load_state(path)
     findings = Findings(None, state, path.parent)  # type: ignore[arg-type] - results only
