@@ -57,7 +57,7 @@ class Findings:
         self.declared = declared
         self.outputs = outputs if outputs is not None else DocumentOutputs()
         self.cache: dict[str, Any] = {}
-        """Figures computed once a view (tasks/synthesis/figures.py's key figures)."""
+        """Figures computed once a view (tasks/decisions/figures.py: the key figures)."""
         self._todos = state.by_id()
 
     def seen_through(self, overrides: dict[str, str | None], session: Session | None = None) -> Findings:
