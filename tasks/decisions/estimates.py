@@ -18,7 +18,8 @@ from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.decisions.figures import KeyFigures, w4a16_speedup
 from tasks.decisions.gemm_prediction import W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
-from tasks.decisions.vocabulary import MEASURED_IN_PLACE
+from tasks.decisions.ngram_replay import replay
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
 
@@ -55,13 +56,27 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     out["fits_half_tp"] = _fits_half_tp(figures)
     out["moe_w4a16_time_ratio_micro"] = moe_w4a16_ratio(figures)
+    out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
     out.update(assumptions)
-    for assumption, figure in MEASURED_IN_PLACE.items():
-        if assumption in assumptions and out.get(figure) is not None:
-            out[assumption] = out[figure]  # no assumption where the campaign measured it
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
     out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
+    for assumed, figure in MEASURED_IN_PLACE.items():
+        if (assumed in assumptions or assumed in DERIVED_FROM_ASSUMPTIONS) and out.get(figure) is not None:
+            out[assumed] = out[figure]  # no assumption where the campaign measured it
     return out
+
+
+def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float]) -> float | None:
+    """Tokens a speculative step yields, the n-gram drafter replayed over the single-stream
+    requests' recorded outputs (tasks/decisions/ngram_replay.py); None without them or without
+    the drafter's settings (spec_tokens, prompt_lookup_min, prompt_lookup_max)."""
+    kept = figures.single.token_ids if figures.single else None
+    settings = [assumptions.get(name) for name in ("prompt_lookup_min", "prompt_lookup_max", "spec_tokens")]
+    if not kept or None in settings:
+        return None
+    min_n, max_n, k = (int(value) for value in settings)  # type: ignore[arg-type]
+    found = replay([(request.prompt, request.output) for request in kept], min_n, max_n, k)
+    return found.tokens_per_step if found else None
 
 
 def moe_w4a16_ratio(figures: KeyFigures) -> float | None:

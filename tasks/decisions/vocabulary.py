@@ -56,6 +56,11 @@ FIGURES: dict[str, tuple[str, str]] = {
     "device_ms": ("a decode step's device work", TRACE),
     "fits_half_tp": ("1 when the weights at TP/2 fit a GPU's usable memory", HOST),
     "spec_expected_tokens": ("(1 - a^(k+1)) / (1 - a), a = spec_accept_rate, k = spec_tokens", "(assumed)"),
+    "spec_replay_tokens_per_step": (
+        "tokens a speculative decode step yields, the n-gram drafter (spec_tokens, prompt_lookup_min/max)"
+        " replayed over the single-stream requests' own outputs",
+        SINGLE,
+    ),
 }
 """Every figure `rule_figures` gives (besides the rules file's own [assumptions])."""
 
@@ -68,7 +73,10 @@ VARIANT_ONLY = {
 }
 """Names only an experiment's variant has; every figure above also exists as x_<name> after one."""
 
-MEASURED_IN_PLACE = {"moe_w4a16_time_ratio": "moe_w4a16_time_ratio_micro"}
+MEASURED_IN_PLACE = {
+    "moe_w4a16_time_ratio": "moe_w4a16_time_ratio_micro",
+    "spec_expected_tokens": "spec_replay_tokens_per_step",
+}
 """Assumptions the campaign measures where it can: the measurement stands in the formula in the
 assumption's place, and the findings say so; the assumption is used only where it is not measured."""
 
@@ -79,7 +87,9 @@ def provenance(name: str, figures: dict[str, float | None], assumptions: dict[st
     """Where a formula input came from: measured (by which todo), or assumed (the rules file)."""
     measured_by = MEASURED_IN_PLACE.get(name)
     if measured_by is not None and figures.get(measured_by) is not None:
-        return f"measured: {FIGURES[measured_by][1]}, in place of the assumed {assumptions.get(name)}"
+        assumed = assumptions.get(name)
+        instead = f"the assumed {assumed:g}" if assumed is not None else "the assumption"
+        return f"measured: {FIGURES[measured_by][1]}, in place of {instead}"
     if name in assumptions:
         return "assumed"
     if name in DERIVED_FROM_ASSUMPTIONS:

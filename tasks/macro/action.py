@@ -12,7 +12,7 @@ from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import run_json_script
 from tasks.macro.metrics import summarize
 from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
-from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun
+from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun, RequestTokens
 from tasks.model.results import MODEL_FACTS
 from tasks.service.launch import served_name, service_log_path, service_pid_path
 from tasks.session import Session
@@ -54,6 +54,7 @@ def run_load(
     seed: int,
     rate: float | None = None,
     repeats: int | None = None,
+    token_ids: bool = False,
 ) -> LevelSummary:
     """A level: `macro.repeats` runs (the warmup before the first only, fresh prompts in each),
     an outlier run measured again, the kept runs' requests pooled into the level's figures."""
@@ -70,6 +71,7 @@ def run_load(
             seed + 1000 * index,
             f"{_label(concurrency, rate)}_r{index + 1}",
             rate,
+            token_ids,
         )
         raws.append(raw)
         runs.append(run)
@@ -138,6 +140,7 @@ def _one_run(
     seed: int,
     name: str,
     rate: float | None = None,
+    token_ids: bool = False,
 ) -> tuple[dict, RepeatRun]:
     cfg = session.config.macro
     args = load_args(session, ctx, cfg.input_tokens, cfg.output_tokens) + [
@@ -156,6 +159,8 @@ def _one_run(
     ]
     if rate:
         args += ["--request-rate", repr(rate), "--burstiness", repr(cfg.burstiness)]
+    if token_ids:
+        args.append("--token-ids")
     raw = run_json_script(session, LOADGEN_SCRIPT, args, timeout_s=3600, progress=ctx.progress)
     artifact = ctx.artifacts_dir / f"requests_{name}.json"
     write_atomic(artifact, json.dumps(raw).encode())
@@ -203,11 +208,35 @@ def require_live_server(session: Session, failed: int, requests: int, examples: 
 def single_stream(session: Session):
     def run(ctx: TaskContext) -> MacroSingle:
         cfg = session.config.macro
-        summary = run_load(session, ctx, 1, cfg.single_stream_requests, cfg.warmup_requests, seed=1)
+        summary = run_load(session, ctx, 1, cfg.single_stream_requests, cfg.warmup_requests, seed=1, token_ids=True)
         ctx.log(f"single stream: TPOT mean {_ms(summary.tpot_ms.mean)} ms, TTFT mean {_ms(summary.ttft_ms.mean)} ms")
-        return MacroSingle(single_stream=summary, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens)
+        return MacroSingle(
+            single_stream=summary,
+            input_tokens=cfg.input_tokens,
+            output_tokens=cfg.output_tokens,
+            token_ids=kept_token_ids(summary.artifact),
+        )
 
     return run
+
+
+KEPT_REQUESTS = 16
+"""Requests whose token ids the result keeps (the n-gram drafter is replayed over them): enough
+for a stable acceptance figure, few enough to keep the todo file small."""
+
+
+def kept_token_ids(artifact: str | None) -> list[RequestTokens] | None:
+    """The prompt and output token ids of the first requests of a level's runs, where the server
+    returned them (vLLM's `return_token_ids`); None where it did not."""
+    if not artifact:
+        return None
+    records = json.loads(Path(artifact).read_text()).get("requests", [])
+    kept = [
+        RequestTokens(prompt=r["prompt_ids"], output=r["output_ids"])
+        for r in records
+        if not r.get("error") and r.get("prompt_ids") and r.get("output_ids")
+    ]
+    return kept[:KEPT_REQUESTS] or None
 
 
 def concurrency_levels(maximum: int) -> list[int]:

@@ -139,10 +139,22 @@ class MacroRates(Result):
     output_tokens: int
 
 
+class RequestTokens(Result):
+    """One request's token ids, as the server returned them."""
+
+    prompt: list[int]
+    output: list[int]
+
+
 class MacroSingle(Result):
     single_stream: LevelSummary
     input_tokens: int
     output_tokens: int
+    token_ids: list[RequestTokens] | None = Field(
+        None,
+        description="the prompt and output token ids of the first requests (vLLM's return_token_ids), over which"
+        " the n-gram drafter is replayed; None where the server did not return them",
+    )
 
 
 class MacroSweep(Result):

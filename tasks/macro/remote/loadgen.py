@@ -113,7 +113,10 @@ class Connection:
 
 
 async def stream_request(conn, path, body):
-    """One streamed request; returns the record. Timestamps are taken as bytes arrive."""
+    """One streamed request; returns the record. Timestamps are taken as bytes arrive. With
+    `return_token_ids` in the body (vLLM), the prompt's and the output's token ids are kept too
+    (the n-gram drafter is replayed over them: tasks/decisions/ngram_replay.py)."""
+    record_ids = bool(body.get("return_token_ids"))
     payload = json.dumps(body).encode()
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {conn.host}:{conn.port}\r\n"
@@ -152,6 +155,12 @@ async def stream_request(conn, path, body):
             else:
                 record["itl_s"].append(now - last)
             last = now
+        if record_ids and event.get("choices"):
+            choice = event["choices"][0]
+            if choice.get("prompt_token_ids") is not None and "prompt_ids" not in record:
+                record["prompt_ids"] = list(choice["prompt_token_ids"])
+            if choice.get("token_ids"):
+                record.setdefault("output_ids", []).extend(choice["token_ids"])
         usage = event.get("usage")
         if usage:
             record["output_tokens"] = usage.get("completion_tokens")
@@ -221,6 +230,8 @@ async def run(args):
             "temperature": 0.0,
             "stream_options": {"include_usage": True},
         }
+        if args.token_ids:
+            common["return_token_ids"] = True  # vLLM >= 0.10.2; other servers ignore an unknown key
         if args.endpoint == "chat":
             return {**common, "messages": [{"role": "user", "content": prompt}]}
         return {**common, "prompt": prompt}
@@ -366,6 +377,7 @@ def main():
     )
     parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
+    parser.add_argument("--token-ids", action="store_true", help="ask for and keep each request's token ids")
     parser.add_argument(
         "--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer"
     )
