@@ -42,6 +42,10 @@ class LedgerRecord(BaseModel):
     realised_high_ms: float | None
     calibrated_ms: float | None = None
     still_assumed: list[str] = Field(default_factory=list)
+    provenance: dict[str, str] = Field(
+        default_factory=dict,
+        description="each input of the prediction and where it came from: measured (by which todo) or assumed",
+    )
     recorded_at: str
 
     @property
@@ -180,6 +184,64 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger", type=Path, default=None, help=f"the ledger file (default: <reports>/{LEDGER_NAME})")
 
 
+def same_configuration(record: LedgerRecord) -> tuple[str, ...]:
+    """What makes two records repeats of one experiment: the option and its change, the model
+    shape, the hardware, the vLLM version and the level."""
+    return (record.option, record.change, record.model, record.hardware, record.vllm or "", str(record.concurrency))
+
+
+def summary_lines(records: list[LedgerRecord]) -> list[str]:
+    """The honest summary: the error of the predictions (each made before its experiment ran:
+    the decision record is stored first), per option and overall; the calibrated figures apart
+    (they use the experiment's own measurements, so they are no prediction); what each prediction
+    rested on; and the spread of the realised change between repeated campaigns."""
+    lines = []
+    error = median_error(records)
+    lines.append(
+        "median |predicted - realised| / |realised| over the predictions made before their experiment: "
+        + ("n/a" if error is None else f"{error * 100:.1f}% ({sum(r.error is not None for r in records)} records)")
+    )
+    for option in sorted({r.option for r in records}):
+        mine = [r for r in records if r.option == option]
+        own = median_error(mine)
+        wrong = sum(
+            1
+            for r in mine
+            if r.predicted_ms is not None
+            and r.realised_ms
+            and (r.predicted_ms > 0) != (r.realised_ms > 0)
+            and not ((r.realised_low_ms or 0) <= 0 <= (r.realised_high_ms or 0))
+        )
+        rested = sorted({f"{name} {how.split(':')[0]}" for r in mine for name, how in r.provenance.items()})
+        lines.append(
+            f"- {option}: {len(mine)} record(s), median error "
+            + ("n/a" if own is None else f"{own * 100:.1f}%")
+            + f", wrong sign outside the noise {wrong}"
+            + (f"; inputs: {', '.join(rested)}" if rested else "")
+        )
+    calibrated = median_error(records, calibrated=True)
+    lines.append(
+        "median |calibrated - realised| / |realised| (after the fact: the experiment's own measurements in"
+        " place of the assumptions; not a prediction): " + ("n/a" if calibrated is None else f"{calibrated * 100:.1f}%")
+    )
+    groups: dict[tuple[str, ...], list[LedgerRecord]] = {}
+    for r in records:
+        if r.realised_ms is not None:
+            groups.setdefault(same_configuration(r), []).append(r)
+    for key, repeated in groups.items():
+        if len(repeated) < 2:
+            continue
+        values = [r.realised_ms for r in repeated if r.realised_ms is not None]
+        middle = statistics.median(values)
+        spread = (max(values) - min(values)) / abs(middle) * 100 if middle else None
+        lines.append(
+            f"repeated: {key[0]} on {key[2]} ({key[3]}), {len(values)} campaigns: realised"
+            f" {min(values):+.3f} to {max(values):+.3f} ms"
+            + ("" if spread is None else f", spread {spread:.0f}% of the median")
+        )
+    return lines
+
+
 def _run(args: argparse.Namespace) -> int:
     from orchestrator.report import md_table
 
@@ -190,9 +252,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{path}: {len(ledger.records)} verified option(s)")
     if ledger.records:
         print(md_table(LEDGER_HEADERS, ledger_table(ledger)))
-    for label, calibrated in (("predicted", False), ("calibrated", True)):
-        error = median_error(ledger.records, calibrated)
-        print(f"median |{label} - realised| / |realised|: " + ("n/a" if error is None else f"{error * 100:.1f}%"))
+    for line in summary_lines(ledger.records):
+        print(line)
     return 0
 
 

@@ -9,6 +9,7 @@ from orchestrator.schema import Status
 from tasks.decisions.formula import fmt_figure, fmt_ms
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, new_records
 from tasks.decisions.rules import campaign_rules
+from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
@@ -203,6 +204,12 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                 realised_high_ms=v.realised.high_ms,
                 calibrated_ms=v.calibrated_ms,
                 still_assumed=v.still_assumed,
+                provenance={
+                    name: provenance(name, record.figures, record.assumptions)
+                    for name in (
+                        record.option(v.experiment.option).inputs if record.option(v.experiment.option) else {}
+                    )
+                },
                 recorded_at=datetime.now(UTC).isoformat(),
             )
         )
