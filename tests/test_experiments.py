@@ -223,7 +223,7 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
     assert append(ledger, [record("a", 1.1, 1.0)]) == 0  # append-only, by id
     result = run_cli(["ledger"], tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "median |predicted - realised| / |realised|: 50.0%" in result.stdout  # 10%, 50%, 50%
+    assert "predictions made before their experiment: 50.0% (3 records)" in result.stdout  # 10%, 50%, 50%
     assert len(json.loads(ledger.read_text())["records"]) == 3
 
 
