@@ -116,10 +116,18 @@ def experiments_section(findings: Findings) -> str:
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
         if v.experiment.option == "speculative_decoding" and spec is not None:
             drafts = v.variant_figures.get("x_spec_drafts")
+            per_step = v.variant_figures.get("x_spec_tokens_per_step")
+            how = provenance("spec_expected_tokens", record.figures, record.assumptions)
             line += (
-                f". vLLM's counters: mean acceptance length {spec:.2f} over {fmt_figure(drafts)} drafts"
+                f". vLLM's counters: {fmt_figure(per_step)} tokens a decode step (mean acceptance length"
+                f" {spec:.2f} over {fmt_figure(drafts)} drafts)"
                 + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
-                + f", against the assumed {fmt_figure(record.figures.get('spec_expected_tokens'))}"
+                + f", against the predicted {fmt_figure(record.figures.get('spec_expected_tokens'))}"
+                + (
+                    " (the drafter replayed over the campaign's outputs)"
+                    if how.startswith("measured")
+                    else " (assumed)"
+                )
             )
         text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v)]) + ".\n"
     if candidates or not_applicable:

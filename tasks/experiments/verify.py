@@ -130,10 +130,25 @@ def variant_rule_figures(findings: Findings, experiment: Experiment, rules: obje
     levels = ([figures.single.single_stream] if figures.single else []) + (
         figures.sweep.levels if figures.sweep else []
     )
-    spec = next((level.spec_decode for level in levels if level.spec_decode), None)
+    level = next((level for level in levels if level.spec_decode), None)
+    spec = level.spec_decode if level else None
     out["x_spec_mean_acceptance_length"] = spec.mean_acceptance_length if spec else (1.0 if levels else None)
     out["x_spec_drafts"] = float(spec.drafts) if spec else (0.0 if levels else None)
+    out["x_spec_tokens_per_step"] = spec_tokens_per_step(level) if level else (1.0 if levels else None)
     return out
+
+
+def spec_tokens_per_step(level: LevelSummary) -> float | None:
+    """Tokens a decode step yielded under speculative decoding, from vLLM's counters: each step
+    yields its accepted drafts and one token more, a step without a draft one, so the steps are
+    the decode tokens (output tokens after each request's first) minus the accepted ones. Not
+    vLLM's mean acceptance length (1 + accepted / drafts), which leaves out the steps the drafter
+    found nothing for, though they cost a step too."""
+    spec = level.spec_decode
+    decode_tokens = (level.output_tokens or 0) - (level.completed or 0)
+    if spec is None or decode_tokens <= 0 or spec.accepted_tokens >= decode_tokens:
+        return None
+    return decode_tokens / (decode_tokens - spec.accepted_tokens)
 
 
 def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, rules: object) -> Verification:
