@@ -90,9 +90,9 @@ CASES = [
     (
         "decision rules",
         "measured unknown name",
-        {"r.toml": rules('"x_spec_mean_acceptance_length"', '"x_spec_mean_acceptance"')},
+        {"r.toml": rules('"x_spec_tokens_per_step"', '"x_spec_tokens_a_step"')},
         ["init"],
-        "unknown name 'x_spec_mean_acceptance'",
+        "unknown name 'x_spec_tokens_a_step'",
     ),
     (
         "decision rules",
