@@ -38,6 +38,9 @@ class PhaseUnit:
     needs: Callable[[Session], dict[str, Need]] | None = None
     section: Callable[[Findings], str] | None = None
     """Its part of the findings document, placed in campaign order."""
+    runs_on_variants: bool = False
+    """Its tasks run again on an experiment's variant server: what a server change changes (the
+    model's facts, the server, serving, the capture and its analysis), not the microbenchmarks."""
     closing_section: Callable[[Findings], str] | None = None
     """Its part placed after the decision record (what reads the record: the experiments)."""
     selectable: bool = True

@@ -103,4 +103,11 @@ def _section(findings) -> str:  # tasks.view.Findings
     return breakdown_section(findings)
 
 
-UNIT = PhaseUnit(name="analysis", specs=_specs, results=(ANALYSIS_BREAKDOWN,), requires=("profile",), section=_section)
+UNIT = PhaseUnit(
+    name="analysis",
+    runs_on_variants=True,
+    specs=_specs,
+    results=(ANALYSIS_BREAKDOWN,),
+    requires=("profile",),
+    section=_section,
+)

@@ -83,11 +83,10 @@ def chain_specs(session: Session, experiment: Experiment, units: dict[str, Any])
     variant = variant_session(session, experiment)
     wanted = _links(experiment)
     built: dict[str, TaskSpec] = {}
-    for unit_name in ("model", "service", "macro", "profile", "analysis"):
-        unit = units.get(unit_name)
-        if unit is None:
+    for unit in units.values():
+        if not unit.runs_on_variants:
             continue
-        for spec in unit.specs(variant, variant.enabled | {unit_name}):
+        for spec in unit.specs(variant, variant.enabled | {unit.name}):
             if spec.id in wanted:
                 built[spec.id] = spec
     missing = [spec_id for spec_id in wanted if spec_id not in built]

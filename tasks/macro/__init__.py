@@ -80,6 +80,7 @@ def _section(findings) -> str:  # tasks.view.Findings
 
 
 UNIT = PhaseUnit(
+    runs_on_variants=True,
     name="macro",
     specs=_specs,
     results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH),

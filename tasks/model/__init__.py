@@ -136,4 +136,6 @@ def _checks(session: Session) -> list:
     return model_checks(session)
 
 
-UNIT = PhaseUnit(name="model", specs=_specs, results=(MODEL_FACTS,), requires=("host",), checks=_checks)
+UNIT = PhaseUnit(
+    name="model", runs_on_variants=True, specs=_specs, results=(MODEL_FACTS,), requires=("host",), checks=_checks
+)

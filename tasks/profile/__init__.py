@@ -40,4 +40,11 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     ]
 
 
-UNIT = PhaseUnit(name="profile", specs=_specs, results=(PROFILE_CAPTURE,), config=ProfileSection, requires=("service",))
+UNIT = PhaseUnit(
+    name="profile",
+    runs_on_variants=True,
+    specs=_specs,
+    results=(PROFILE_CAPTURE,),
+    config=ProfileSection,
+    requires=("service",),
+)

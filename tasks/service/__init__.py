@@ -87,6 +87,7 @@ def _stop(session: Session) -> list[str]:
 
 
 UNIT = PhaseUnit(
+    runs_on_variants=True,
     name="service",
     specs=_specs,
     results=(SERVICE_READY,),
