@@ -8,13 +8,13 @@ vLLM's CPU build at tensor-parallel 2.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, create_model
 
 from orchestrator.errors import InputError
+from orchestrator.tomlfile import read_toml
 from orchestrator.validation import one_line
 from tasks.campaign_section import CampaignSection
 from tasks.models import Section
@@ -62,14 +62,7 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
     fix = "see campaign.example.toml for the keys and their meaning"
     if path.is_dir():
         raise InputError(f"{path}: is a folder; --config names the campaign's TOML file")
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"{path}: not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror}); check its permissions") from None
+    document = read_toml(path)
     try:
         config = model.model_validate(document)
     except ValidationError as err:

@@ -9,11 +9,11 @@ this; the schema check is in rules_schema.py, run whenever a Classifier loads th
 
 from __future__ import annotations
 
-import tomllib
 from enum import StrEnum
 from pathlib import Path
 
 from orchestrator.errors import InputError
+from orchestrator.tomlfile import read_toml
 
 RULES_PATH = Path(__file__).with_name("rules.toml")
 OTHER = "other"
@@ -24,12 +24,7 @@ REQUIRED = ("communication", "gemm", "attention", "moe")
 def category_enum(path: Path) -> type[StrEnum]:
     """A StrEnum of ``path``'s `categories` list and "other"; it equals (and hashes as) its name,
     so ``categories.get(Category.GEMM)`` reads a stored result's plain-string keys."""
-    try:
-        declared = tomllib.loads(path.read_text(encoding="utf-8")).get("categories") or []
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot be read ({err}); restore it from the repository") from None
+    declared = read_toml(path).get("categories") or []
     if not isinstance(declared, list) or not all(isinstance(name, str) for name in declared):
         raise InputError(f"{path}: field 'categories': a list of category names; fix it there")
     missing = [name for name in REQUIRED if name not in declared]

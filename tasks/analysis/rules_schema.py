@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import difflib
 import re
-import tomllib
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from orchestrator.errors import InputError
+from orchestrator.tomlfile import read_toml
 from tasks.analysis.categories import OTHER, REQUIRED
 
 CATEGORY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -48,12 +47,7 @@ UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`(?: - at `\
 
 def load_rules_document(path: Path) -> RulesDocument:
     """``path`` read and checked; every problem is one line naming the file, rule and key."""
-    try:
-        document: dict[str, Any] = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: bad rules file (not valid TOML: {err}); fix the syntax there") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror}); check the rules path") from None
+    document = read_toml(path, "bad rules file: ")
     try:
         rules = msgspec.convert(document, RulesDocument)
     except msgspec.ValidationError as err:

@@ -12,7 +12,6 @@ still show what that is.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import InputError
+from orchestrator.tomlfile import read_toml
 from tasks.decisions.formula import formula_names, unknown_name
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, FIGURES, variant_names
 
@@ -85,12 +85,7 @@ class Rules:
 
 def load_rules(path: Path = RULES_PATH) -> Rules:
     """The rules file, every key checked (a misspelt key is an error, not a silent default)."""
-    try:
-        document = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise InputError(f"{path}: not valid TOML ({err}); fix the syntax there") from None
-    except OSError as err:
-        raise InputError(f"{path}: cannot be read ({err.strerror}); check the rules path") from None
+    document = read_toml(path)
     try:
         parsed = RulesFile.model_validate(document)
     except ValidationError as err:
