@@ -17,6 +17,7 @@ from orchestrator.errors import InputError
 from orchestrator.tomlfile import read_toml
 from orchestrator.validation import one_line
 from tasks.campaign_section import CampaignSection
+from tasks.macro.traces import read_trace
 from tasks.models import Section
 from tasks.unit import PhaseUnit
 
@@ -79,7 +80,29 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
                 f" macro.input_tokens + macro.output_tokens = {needed}, so vLLM would refuse"
                 " every request; raise it or shorten the requests"
             )
+    check_trace(config, path)
     return config, str(path)
+
+
+def check_trace(config: Any, path: Path) -> None:
+    """A trace to replay parses (a bad row is named by its file and line), fits the server's
+    context, and is replayed with prompts of its own lengths."""
+    macro, service = getattr(config, "macro", None), getattr(config, "service", None)
+    if macro is None or not macro.trace:
+        return
+    if macro.dataset != "random":
+        raise InputError(
+            f"{path}: field 'macro.dataset': a trace is replayed with random prompts of its own lengths;"
+            " leave dataset = 'random' with macro.trace"
+        )
+    trace = read_trace(Path(macro.trace), macro.trace_speed, macro.trace_duration_s)
+    if service is not None and service.command is None:
+        too_long = [a for a in trace.arrivals if a.input_tokens + a.output_tokens > service.max_model_len]
+        if too_long:
+            raise InputError(
+                f"{path}: field 'macro.trace': {len(too_long)} of {len(trace.arrivals)} arrivals of {macro.trace}"
+                f" need more than service.max_model_len = {service.max_model_len} tokens; raise it or cut the trace"
+            )
 
 
 def check_nodes(config: Any, path: Path) -> None:

@@ -124,7 +124,14 @@ def test_every_config_field_is_an_input_of_a_task_or_marked_as_none() -> None:
     from tasks.registry import UNITS
     from tasks.session import Session
 
-    everything = {"macro": {"request_rates": [1.0], "slo_search": True, "slo_tpot_ms": 50.0}}
+    everything = {
+        "macro": {
+            "request_rates": [1.0],
+            "slo_search": True,
+            "slo_tpot_ms": 50.0,
+            "trace": "tasks/macro/samples/azure_sample.csv",
+        }
+    }
     config = config_model(UNITS).model_validate(everything)
     session = Session(
         config=config,

@@ -283,6 +283,38 @@ CASES = [
         ["--config", "other.toml", "init"],
         "other.toml: field 'experiments.0.option'",
     ),
+    (
+        "campaign.toml",
+        "trace missing",
+        {"campaign.toml": '[macro]\ntrace = "nope.csv"\n'},
+        ["init"],
+        "nope.csv: no such trace file",
+    ),
+    (
+        "campaign.toml",
+        "trace row",
+        {"campaign.toml": '[macro]\ntrace = "t.csv"\n', "t.csv": "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,x\n"},
+        ["init"],
+        "t.csv:2: GeneratedTokens 'x' is not a whole number",
+    ),
+    (
+        "campaign.toml",
+        "trace too long",
+        {
+            "campaign.toml": '[macro]\ntrace = "t.jsonl"\n',
+            "t.jsonl": '{"timestamp": 0, "input_length": 5000, "output_length": 8}\n',
+        },
+        ["init"],
+        "1 of 1 arrivals of t.jsonl need more than service.max_model_len = 1024",
+    ),
+    (
+        "campaign.toml",
+        "trace with a dataset",
+        {"campaign.toml": '[macro]\ntrace = "t.csv"\ndataset = "synthetic"\n'},
+        ["init"],
+        "field 'macro.dataset': a trace is replayed with random prompts",
+    ),
+    ("campaign.toml", "trace speed 0", {"campaign.toml": "[macro]\ntrace_speed = 0\n"}, ["init"], "macro.trace_speed"),
     # -- the kernel rules (analyze --rules) --
     ("rules.toml", "not TOML", {"k.toml": "[[rule]\n"}, ["analyze", "--rules", "k.toml", "t.json"], "not valid TOML"),
     (

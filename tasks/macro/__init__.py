@@ -6,7 +6,7 @@ from __future__ import annotations
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
 from tasks.macro.config import MacroSection
-from tasks.macro.results import MACRO_RATES, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.macro.results import MACRO_RATES, MACRO_REPLAY, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
 from tasks.model.results import MODEL_FACTS
 from tasks.service.results import SERVICE, SERVICE_READY
 from tasks.session import Session
@@ -15,6 +15,7 @@ from tasks.unit import PhaseUnit
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import rate_sweep, single_stream, sweep
+    from tasks.macro.replay import replay_action, trace_digest
     from tasks.macro.slo_search import slo_search
 
     cfg = session.config.macro  # which fields each todo's result depends on: marked in tasks/macro/config.py
@@ -60,6 +61,16 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                 cfg.inputs_for(MACRO_RATES.id),
             )
         )
+    if cfg.trace:
+        specs.append(
+            serving(
+                MACRO_REPLAY,
+                "Replay the trace's arrivals at their own pace: achieved rate, lateness, latency",
+                replay_action(session),
+                MACRO_SWEEP,
+                cfg.inputs_for(MACRO_REPLAY.id) | {"trace_sha256": trace_digest(cfg.trace)},
+            )
+        )
     if cfg.slo_search:
         specs.append(
             serving(
@@ -83,7 +94,7 @@ UNIT = PhaseUnit(
     runs_on_variants=True,
     name="macro",
     specs=_specs,
-    results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH),
+    results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH, MACRO_REPLAY),
     config=MacroSection,
     requires=("service",),
     section=_section,

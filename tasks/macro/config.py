@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.macro.results import MACRO_RATES, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.macro.results import MACRO_RATES, MACRO_REPLAY, MACRO_SLO_SEARCH, MACRO_SWEEP
 from tasks.models import NOT_AN_INPUT, Section, input_of
 
 LOADED = input_of(MACRO_SWEEP.id, MACRO_RATES.id, MACRO_SLO_SEARCH.id)
@@ -14,6 +14,8 @@ LOADED = input_of(MACRO_SWEEP.id, MACRO_RATES.id, MACRO_SLO_SEARCH.id)
 RATES = input_of(MACRO_RATES.id)
 OPEN_LOOP = input_of(MACRO_RATES.id, MACRO_SLO_SEARCH.id)
 SEARCH = input_of(MACRO_SLO_SEARCH.id)
+REPLAY = input_of(MACRO_REPLAY.id)
+IN_FLIGHT = input_of(MACRO_RATES.id, MACRO_SLO_SEARCH.id, MACRO_REPLAY.id)
 
 
 class MacroSection(Section):
@@ -58,7 +60,7 @@ class MacroSection(Section):
         json_schema_extra=OPEN_LOOP,
     )
     rate_max_concurrency: int = Field(
-        256, ge=1, le=4096, description="requests in flight at most in a rate level", json_schema_extra=OPEN_LOOP
+        256, ge=1, le=4096, description="requests in flight at most in a rate level", json_schema_extra=IN_FLIGHT
     )
     slo_ttft_ms: float | None = Field(
         None, gt=0, description="goodput: requests whose TTFT is at most this...", json_schema_extra=SEARCH
@@ -102,6 +104,21 @@ class MacroSection(Section):
         description="percentiles of TTFT, TPOT and E2E the findings list, from the stored per-request latencies"
         " (a change needs no new run)",
         json_schema_extra=NOT_AN_INPUT,
+    )
+
+    trace: str | None = Field(
+        None,
+        description="an arrival trace replayed at its own pace after the sweep, on the controller: .csv (Azure:"
+        " TIMESTAMP, ContextTokens, GeneratedTokens) or .jsonl (Mooncake: timestamp ms, input_length,"
+        " output_length, hash_ids); samples in tasks/macro/samples/",
+        json_schema_extra=REPLAY,
+    )
+    trace_speed: float = Field(1.0, gt=0, le=1000, description="2.0: arrivals twice as fast", json_schema_extra=REPLAY)
+    trace_duration_s: float | None = Field(
+        None,
+        gt=0,
+        description="replay the arrivals up to this offset (after speed); all by default",
+        json_schema_extra=REPLAY,
     )
 
     @model_validator(mode="after")

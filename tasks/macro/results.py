@@ -139,6 +139,23 @@ class MacroRates(Result):
     output_tokens: int
 
 
+class MacroReplay(Result):
+    """A trace's arrivals replayed at their own pace (`[macro] trace`), beside the trace's figures."""
+
+    level: LevelSummary
+    trace: str
+    format: str = Field(description="azure (CSV) or mooncake (JSONL)")
+    arrivals: int
+    span_s: float = Field(description="first to last arrival, after trace_speed")
+    speed: float
+    trace_rate_per_s: float | None = Field(description="the trace's arrival rate: (arrivals - 1) / span")
+    achieved_rate_per_s: float | None = Field(description="the rate the requests were sent at, measured")
+    lateness_ms: Distribution = Field(description="each send's lateness against its scheduled time")
+    shared_block_pct: float | None = Field(
+        None, description="Mooncake: prefix blocks an earlier request already had, % (a prefix cache's best case)"
+    )
+
+
 class RequestTokens(Result):
     """One request's token ids, as the server returned them."""
 
@@ -185,4 +202,5 @@ class SloSearch(Result):
 MACRO_SINGLE = TaskRef("macro_single", MacroSingle)
 MACRO_SWEEP = TaskRef("macro_sweep", MacroSweep)
 MACRO_RATES = TaskRef("macro_rates", MacroRates)
+MACRO_REPLAY = TaskRef("macro_replay", MacroReplay)
 MACRO_SLO_SEARCH = TaskRef("macro_slo_search", SloSearch)

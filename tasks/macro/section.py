@@ -8,6 +8,7 @@ from tasks.macro.noise import ranges_overlap
 from tasks.macro.plots import plot_sweep
 from tasks.macro.results import (
     MACRO_RATES,
+    MACRO_REPLAY,
     MACRO_SINGLE,
     MACRO_SLO_SEARCH,
     MACRO_SWEEP,
@@ -20,6 +21,7 @@ from tasks.macro.tables import (
     noise_cell,
     percentiles_table,
     rates_table,
+    replay_table,
     slo_search_table,
     stall_cell,
     write_csv,
@@ -95,6 +97,10 @@ def macro_section(findings: Findings) -> str:
     text += percentiles_table(runs, findings.session.config.macro if findings.session else None)
     search = findings.result(MACRO_SLO_SEARCH)
     text += slo_search_table(search) if search else ""
+    replayed = findings.result(MACRO_REPLAY)
+    if replayed:
+        text += replay_table(replayed)
+        runs.append(("replay", replayed.level))
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
     text += prefix_cache_text(runs)
     failing = [(label, level) for label, level in runs if level.failed]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from orchestrator.report import md_table
 from tasks.macro.metrics import goodput
 from tasks.macro.results import (
     LevelSummary,
     MacroRates,
+    MacroReplay,
     SloSearch,
     Stalls,
 )
@@ -213,5 +216,57 @@ def percentiles_table(runs: list[tuple[str, LevelSummary]], macro) -> str:  # th
         return ""
     return (
         "\nPercentiles asked for (`macro.percentiles`; ms, linear between order statistics as vLLM bench):\n\n"
+        + md_table(header, rows)
+    )
+
+
+def replay_table(replayed: MacroReplay) -> str:
+    """The trace replay beside the trace: its rate and the achieved one, how late the sends were,
+    and the latencies under it."""
+    level = replayed.level
+    achieved = replayed.achieved_rate_per_s
+    ratio = (
+        f" ({(achieved / replayed.trace_rate_per_s - 1) * 100:+.1f}% of the trace's)"
+        if achieved and replayed.trace_rate_per_s
+        else ""
+    )
+    rows = [
+        [
+            Path(replayed.trace).name,
+            replayed.format,
+            replayed.arrivals,
+            f"{replayed.span_s:.1f}",
+            f"{replayed.speed:g}",
+            fmt(replayed.trace_rate_per_s, 3),
+            fmt(achieved, 3) + ratio,
+            f"{fmt(replayed.lateness_ms.p50, 1)} / {fmt(replayed.lateness_ms.p99, 1)}",
+            f"{level.completed}/{level.failed}",
+            f"{fmt(level.ttft_ms.p50)} / {fmt(level.ttft_ms.p99)}",
+            f"{fmt(level.tpot_ms.p50)} / {fmt(level.tpot_ms.p99)}",
+            "n/a" if level.prefix_cache_hit_pct is None else f"{level.prefix_cache_hit_pct:.1f}",
+            "n/a" if replayed.shared_block_pct is None else f"{replayed.shared_block_pct:.1f}",
+        ]
+    ]
+    header = [
+        "trace",
+        "format",
+        "arrivals",
+        "span s",
+        "speed",
+        "trace req/s",
+        "achieved req/s",
+        "late ms p50 / p99",
+        "ok/failed",
+        "TTFT ms p50 / p99",
+        "TPOT ms p50 / p99",
+        "prefix cache hit %",
+        "trace's shared blocks %",
+    ]
+    return (
+        "\n**Trace replay** (`[macro] trace`): each arrival sent at its offset in the trace (divided by"
+        " `trace_speed`), with the trace's prompt and reply lengths (random prompt tokens); at most"
+        " `rate_max_concurrency` in flight. Achieved: (sent − 1) over the first to last send; late: each"
+        " send after its scheduled time. The prefix cache's hit rate is vLLM's own counters' difference over"
+        " the replay; the trace's shared blocks (Mooncake's hash ids) are what a cache could serve at best.\n\n"
         + md_table(header, rows)
     )

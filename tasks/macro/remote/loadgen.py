@@ -252,7 +252,18 @@ async def run(args):
             if now >= warmup_base + args.warmup:
                 break
             await asyncio.sleep(0.05)
-    bodies = [body() for _ in range(args.requests)]
+    schedule = None
+    if args.schedule:
+        # A replayed trace: each row is (offset s, input tokens, output tokens); the prompt source
+        # reads the lengths from args as it makes each prompt.
+        with open(args.schedule) as handle:
+            rows = json.load(handle)
+        bodies, schedule = [], [row[0] for row in rows]
+        for _, input_tokens, output_tokens in rows:
+            args.input_tokens, args.output_tokens = input_tokens, output_tokens
+            bodies.append(body())
+    else:
+        bodies = [body() for _ in range(args.requests)]
     queue = asyncio.Queue()
     for item in bodies:
         queue.put_nowait(item)
@@ -315,8 +326,9 @@ async def run(args):
     counter = "vllm:e2e_request_latency_seconds_count"
     before = scrape_metrics(base)
     started = time.perf_counter()
-    if args.request_rate > 0:
-        schedule = arrival_times(len(bodies), args.request_rate, args.burstiness, args.seed)
+    if args.request_rate > 0 or schedule is not None:
+        if schedule is None:
+            schedule = arrival_times(len(bodies), args.request_rate, args.burstiness, args.seed)
         await asyncio.gather(*(arrival(item, due) for item, due in zip(bodies, schedule, strict=True)))
         for conn in idle:
             conn.close()
@@ -378,6 +390,9 @@ def main():
     parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
     parser.add_argument("--token-ids", action="store_true", help="ask for and keep each request's token ids")
+    parser.add_argument(
+        "--schedule", help="a JSON list of [offset s, input tokens, output tokens]: arrivals replayed from a trace"
+    )
     parser.add_argument(
         "--tokenizer", help="the model folder: text prompts are cut to --input-tokens with its tokenizer"
     )
