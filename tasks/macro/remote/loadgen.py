@@ -201,6 +201,10 @@ async def stream_request(conn, path, body):
     return record
 
 
+KEEP_ALIVE_S = 2.0
+"""Reuse a connection idle at most this long: well inside servers' keep-alive timeouts."""
+
+
 def arrival_times(requests, rate, burstiness, seed):
     """Offsets (s) at which requests are due: gamma gaps of shape ``burstiness`` (1: Poisson;
     below 1: burstier), scaled so they add up to (requests - 1) / rate, so the run asks for
@@ -316,10 +320,14 @@ async def run(args):
     async def arrival(item, due):
         await asyncio.sleep(max(0.0, started + due - time.perf_counter()))
         async with in_flight:
-            conn = idle.pop() if idle else Connection(host, port)
+            # A kept-alive connection idle longer than KEEP_ALIVE_S may be closed by the server
+            # (uvicorn closes after 5 s): a trace's long gaps would then lose a request to it.
+            while idle and time.perf_counter() - idle[-1][1] > KEEP_ALIVE_S:
+                idle.pop()[0].close()
+            conn = idle.pop()[0] if idle else Connection(host, port)
             sent = time.perf_counter() - started
             record = await send(conn, item)
-            idle.append(conn)
+            idle.append((conn, time.perf_counter()))
         finished({**record, "due_s": due, "sent_s": sent})
 
     base = f"http://{host}:{port}"
@@ -330,7 +338,7 @@ async def run(args):
         if schedule is None:
             schedule = arrival_times(len(bodies), args.request_rate, args.burstiness, args.seed)
         await asyncio.gather(*(arrival(item, due) for item, due in zip(bodies, schedule, strict=True)))
-        for conn in idle:
+        for conn, _ in idle:
             conn.close()
     else:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
