@@ -37,9 +37,16 @@ def main() -> None:
             shared = [1, 2] if rng.random() < 0.5 else []
             own = list(range(next_block, next_block + blocks - len(shared)))
             next_block += len(own)
-            row = {"timestamp": round(offset * 1000), "input_length": prompt, "output_length": reply, "hash_ids": shared + own}
+            row = {
+                "timestamp": round(offset * 1000),
+                "input_length": prompt,
+                "output_length": reply,
+                "hash_ids": shared + own,
+            }
             handle.write(json.dumps(row) + "\n")
-    print(f"wrote {OUT / 'azure_sample.csv'} and {OUT / 'mooncake_sample.jsonl'}: {len(rows)} arrivals over {rows[-1][0]:.1f} s")
+    print(
+        f"wrote {OUT / 'azure_sample.csv'} and {OUT / 'mooncake_sample.jsonl'}: {len(rows)} arrivals over {rows[-1][0]:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ result (a label, a timeout, a threshold the findings judge stored figures by), s
 re-runs nothing."""
 
 
+ADDED_LATER: dict[str, Any] = {"recorded_off_default": True}
+"""A config field's marker: an input recorded only when it is off its default. For a field added
+after results were stored: those came from its default, and a todo without the key is not stale."""
+
+
 def input_of(*task_ids: str) -> dict[str, Any]:
     """A config field's marker: it changes the results of these tasks of its section only."""
     return {"input_of": list(task_ids)}
@@ -29,7 +34,15 @@ class Section(BaseModel):
     def inputs_for(self, task_id: str) -> dict[str, Any]:
         """The fields whose change makes ``task_id``'s stored result stale: every field of the
         section but those marked (NOT_AN_INPUT, or input_of other tasks), as the todo records them."""
-        names = {name for name, info in type(self).model_fields.items() if task_id in input_tasks(info, task_id)}
+        names = {
+            name
+            for name, info in type(self).model_fields.items()
+            if task_id in input_tasks(info, task_id)
+            and not (
+                _extra(info).get("recorded_off_default")
+                and getattr(self, name) == info.get_default(call_default_factory=True)
+            )
+        }
         return self.model_dump(include=names)
 
 
@@ -39,8 +52,11 @@ class Result(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _extra(info: Any) -> dict[str, Any]:
+    return info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+
+
 def input_tasks(info: Any, task_id: str) -> list[str]:
     """The tasks a field (pydantic FieldInfo) is an input of: its marker's, or any (``task_id``)."""
-    extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
-    marked = extra.get("input_of")
+    marked = _extra(info).get("input_of")
     return [task_id] if marked is None else list(marked)

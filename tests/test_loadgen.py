@@ -203,7 +203,7 @@ def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: P
     from orchestrator.hosts.local import LocalHost
     from tasks.host_json import progress_lines
 
-    for script in (LOADGEN, LOADGEN.with_name("loadgen_prompts.py"), ROOT / "tasks" / "host_progress.py"):
+    for script in (*LOADGEN.parent.glob("*.py"), ROOT / "tasks" / "host_progress.py"):
         shutil.copy(script, tmp_path / script.name)
     port = pace_server(ttft_ms=5, pace_ms=10)
     seen: list[tuple] = []
@@ -234,3 +234,27 @@ def test_the_load_client_reports_progress_while_it_runs(pace_server, tmp_path: P
     assert done == sorted(done) and len(seen) >= 3
     assert seen[0][0] < took - 1.0  # the first came while the run had more than a second to go
     assert "output tok/s" in seen[-1][5]
+
+
+def test_a_shared_system_prompt_then_each_requests_own_tokens() -> None:
+    """`[macro] shared_prefix_tokens`: every prompt starts with the same system prompt, in every
+    run (the prefix cache may serve it), then its unique id, so nothing after it is shared."""
+    import importlib.util
+    import random
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("loadgen_prompts", LOADGEN.with_name("loadgen_prompts.py"))
+    prompts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prompts)
+    args = SimpleNamespace(
+        vocab=512, tokenizer=None, dataset="random", endpoint="completions", dataset_path=None,
+        input_tokens=64, output_tokens=8, shared_prefix=40,
+    )  # fmt: skip
+    run_a = prompts.prompt_source(args, random.Random(1))
+    run_b = prompts.prompt_source(args, random.Random(2))
+    first, second, other_run = run_a()[0], run_a()[0], run_b()[0]
+    assert len(first) == len(second) == 64
+    assert first[:40] == second[:40] == other_run[:40]  # the system prompt, the same in every run
+    assert first[40:45] != second[40:45]  # then each request's unique id
+    args.shared_prefix = 0
+    assert prompts.prompt_source(args, random.Random(1))()[0][:5] != first[:5]  # no system prompt: the id first

@@ -314,6 +314,20 @@ CASES = [
         ["init"],
         "field 'macro.dataset': a trace is replayed with random prompts",
     ),
+    (
+        "campaign.toml",
+        "shared prefix too long",
+        {"campaign.toml": "[macro]\nshared_prefix_tokens = 64\n"},
+        ["init"],
+        "shared_prefix_tokens is part of input_tokens",
+    ),
+    (
+        "campaign.toml",
+        "shared prefix with a dataset",
+        {"campaign.toml": '[macro]\nshared_prefix_tokens = 8\ndataset = "synthetic"\n'},
+        ["init"],
+        "shared_prefix_tokens goes with random prompts",
+    ),
     ("campaign.toml", "trace speed 0", {"campaign.toml": "[macro]\ntrace_speed = 0\n"}, ["init"], "macro.trace_speed"),
     # -- the kernel rules (analyze --rules) --
     ("rules.toml", "not TOML", {"k.toml": "[[rule]\n"}, ["analyze", "--rules", "k.toml", "t.json"], "not valid TOML"),

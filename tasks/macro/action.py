@@ -42,6 +42,7 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
         "--tokenizer",
         model.model,
     ]
+    args += ["--shared-prefix", str(cfg.shared_prefix_tokens)] if cfg.shared_prefix_tokens else []
     return args + (["--dataset-path", cfg.dataset_path] if cfg.dataset_path else [])
 
 

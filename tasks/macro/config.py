@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from tasks.macro.results import MACRO_RATES, MACRO_REPLAY, MACRO_SLO_SEARCH, MACRO_SWEEP
-from tasks.models import NOT_AN_INPUT, Section, input_of
+from tasks.models import ADDED_LATER, NOT_AN_INPUT, Section, input_of
 
 LOADED = input_of(MACRO_SWEEP.id, MACRO_RATES.id, MACRO_SLO_SEARCH.id)
 """The concurrency levels' settings: every serving todo after single stream reads them."""
@@ -106,6 +106,15 @@ class MacroSection(Section):
         json_schema_extra=NOT_AN_INPUT,
     )
 
+    shared_prefix_tokens: int = Field(
+        0,
+        ge=0,
+        le=1 << 20,
+        description="a system prompt of this many tokens that every request's prompt starts with (the same in"
+        " every run); the rest of the prompt is the request's own. The findings give vLLM's prefix-cache hit rate"
+        " of each level",
+        json_schema_extra=ADDED_LATER,
+    )
     trace: str | None = Field(
         None,
         description="an arrival trace replayed at its own pace after the sweep, on the controller: .csv (Azure:"
@@ -120,6 +129,14 @@ class MacroSection(Section):
         description="replay the arrivals up to this offset (after speed); all by default",
         json_schema_extra=REPLAY,
     )
+
+    @model_validator(mode="after")
+    def _shared_prefix_fits(self) -> MacroSection:
+        if self.shared_prefix_tokens and self.shared_prefix_tokens >= self.input_tokens:
+            raise ValueError("shared_prefix_tokens is part of input_tokens: make it smaller than input_tokens")
+        if self.shared_prefix_tokens and self.dataset != "random":
+            raise ValueError("shared_prefix_tokens goes with random prompts (dataset = 'random')")
+        return self
 
     @model_validator(mode="after")
     def _dataset_has_its_file(self) -> MacroSection:

@@ -102,7 +102,7 @@ def macro_section(findings: Findings) -> str:
         text += replay_table(replayed)
         runs.append(("replay", replayed.level))
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
-    text += prefix_cache_text(runs)
+    text += prefix_cache_text(runs, findings.session.config.macro.shared_prefix_tokens if findings.session else 0)
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += (
@@ -185,10 +185,19 @@ def prompts_text(findings: Findings, input_tokens: int, levels: list[LevelSummar
     return f"Random-token prompts of {input_tokens} tokens{measured}"
 
 
-def prefix_cache_text(runs: list[tuple[str, LevelSummary]]) -> str:
+def prefix_cache_text(runs: list[tuple[str, LevelSummary]], shared_prefix_tokens: int = 0) -> str:
     """Every prompt starts with a unique id, so the prefix cache should serve nothing: the server's
-    own counters say whether it did (a hit would flatter TTFT)."""
+    own counters say whether it did (a hit would flatter TTFT). With a shared system prompt, the
+    hit rate of each level is the figure."""
     measured = [(label, level.prefix_cache_hit_pct) for label, level in runs if level.prefix_cache_hit_pct is not None]
+    if shared_prefix_tokens and measured:
+        return (
+            f"\nPrefix cache: every prompt starts with the same {shared_prefix_tokens}-token system prompt, then its"
+            " own unique id; the server's counters (`vllm:prefix_cache_hits` / `queries`, their difference over each"
+            " level) give the share of prompt tokens served from the cache: "
+            + ", ".join(f"{label} {pct:.1f}%" for label, pct in measured)
+            + ".\n"
+        )
     if not measured:
         return (
             "\nPrefix cache: the server exports no `vllm:prefix_cache_*` counters; prompts start with a unique"

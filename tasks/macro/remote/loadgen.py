@@ -29,6 +29,7 @@ import time
 import urllib.request
 
 from loadgen_prompts import prompt_source
+from loadgen_schedule import KEEP_ALIVE_S, arrival_times
 
 try:
     from host_progress import Reporter  # shipped beside this script (tasks/host_progress.py)
@@ -199,24 +200,6 @@ async def stream_request(conn, path, body):
     if headers.get("connection", "").lower() == "close":
         conn.close()
     return record
-
-
-KEEP_ALIVE_S = 2.0
-"""Reuse a connection idle at most this long: well inside servers' keep-alive timeouts."""
-
-
-def arrival_times(requests, rate, burstiness, seed):
-    """Offsets (s) at which requests are due: gamma gaps of shape ``burstiness`` (1: Poisson;
-    below 1: burstier), scaled so they add up to (requests - 1) / rate, so the run asks for
-    exactly ``rate`` whatever the draw."""
-    rng = random.Random(seed + 7919)
-    gaps = [rng.gammavariate(burstiness, 1.0 / (rate * burstiness)) for _ in range(max(0, requests - 1))]
-    scale = (len(gaps) / rate) / sum(gaps) if gaps and sum(gaps) > 0 else 1.0
-    times, now = [0.0], 0.0
-    for gap in gaps:
-        now += gap * scale
-        times.append(now)
-    return times[:requests]
 
 
 async def run(args):
@@ -398,6 +381,7 @@ def main():
     parser.add_argument("--dataset-path", help="the ShareGPT-format JSON file (--dataset sharegpt)")
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
     parser.add_argument("--token-ids", action="store_true", help="ask for and keep each request's token ids")
+    parser.add_argument("--shared-prefix", type=int, default=0, help="tokens of a system prompt every request shares")
     parser.add_argument(
         "--schedule", help="a JSON list of [offset s, input tokens, output tokens]: arrivals replayed from a trace"
     )

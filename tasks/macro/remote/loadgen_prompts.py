@@ -92,13 +92,21 @@ def prompt_source(args, rng):
     tokenizer = load_tokenizer(args.tokenizer) if args.dataset != "random" or args.endpoint == "chat" else None
     dataset = sharegpt_prompts(args.dataset_path) if args.dataset == "sharegpt" else None
 
+    shared_count = getattr(args, "shared_prefix", 0) or 0
+    # A system prompt every request shares: the same tokens in every run (a fixed seed), so the
+    # prefix cache may serve them; the unique id follows it, so nothing after it is shared.
+    system = random.Random(271828)
+    shared_ids = [system.randrange(10, high) for _ in range(shared_count)]
+    shared_words = " ".join(system.choice(WORDS) for _ in range(shared_count))
+
     def next_prompt():
         uid = run_id + count[0]
         count[0] += 1
         if args.dataset == "random" and args.endpoint == "completions":
-            prefix = unique_prefix(uid, 10, high) if args.input_tokens > 2 * PREFIX_TOKENS else []
-            return prefix + [
-                rng.randrange(10, high) for _ in range(args.input_tokens - len(prefix))
+            rest = args.input_tokens - shared_count
+            prefix = unique_prefix(uid, 10, high) if rest > 2 * PREFIX_TOKENS else []
+            return shared_ids + prefix + [
+                rng.randrange(10, high) for _ in range(rest - len(prefix))
             ], args.output_tokens
         tag = f"[{uid:x}] "
         if dataset is not None:
@@ -107,6 +115,7 @@ def prompt_source(args, rng):
             return cut_text(tag + prompt, args.input_tokens, tokenizer), wanted
         # random (chat) and synthetic: words to the asked length, cut by the tokenizer where there is one
         words = [rng.choice(WORDS) for _ in range(2 * args.input_tokens + 8)]
-        return cut_text(tag + " ".join(words), args.input_tokens, tokenizer), args.output_tokens
+        system_text = shared_words + " " if shared_words else ""
+        return cut_text(system_text + tag + " ".join(words), args.input_tokens, tokenizer), args.output_tokens
 
     return next_prompt
