@@ -175,9 +175,11 @@ def test_experiments_check_the_decision_record(campaign: Path) -> None:
     # The variant at TP 1 was captured: its trace has no all-reduce.
     tp1 = state["exp_lower_tp_analysis_breakdown"].result["ranks"]
     assert len(tp1) == 1 and tp1[0]["categories"]["communication"]["calls_per_step"] == 0
-    # Speculative decoding's acceptance comes from vLLM's own counters, not the assumption.
+    # Speculative decoding's tokens a step: predicted by replaying the drafter over the campaign's own
+    # outputs, then checked against vLLM's own counters.
     spec = state["exp_speculative_decoding_macro_single"].result["single_stream"]
-    assert "vLLM's counters: mean acceptance length" in findings
+    assert "tokens a decode step (mean acceptance length" in findings
+    assert "(the drafter replayed over the campaign's outputs)" in findings
     assert (spec["spec_decode"] is None) == ("no draft was proposed" in findings)
     # Regenerating the findings adds nothing to the append-only ledger.
     assert run_cli(["report"], campaign).returncode == 0
