@@ -50,7 +50,10 @@ def test_bf16_w4a16_and_fp8_are_checked_then_timed(tmp_path: Path) -> None:
     assert rows["w4a16"]["kernel"] == "torch._weight_int4pack_mm_for_cpu"
     # bf16 runs the server's own CPU GEMM where vLLM's CPU build is importable (./dev installs it).
     vllm_here = subprocess.run([sys.executable, "-c", "import vllm._custom_ops"], capture_output=True).returncode == 0
-    expected = "vLLM _C::onednn_mm (oneDNN, as the server)" if vllm_here else "torch.nn.functional.linear"
+    # Which one vLLM's CPU dispatch picks depends on the CPU: sgl's AMX kernel where the CPU has AMX
+    # (amx_bf16 in /proc/cpuinfo; this machine has it), else oneDNN.
+    server = ("vLLM _C::weight_packed_linear (sgl AMX, as the server)", "vLLM _C::onednn_mm (oneDNN, as the server)")
+    expected = server if vllm_here else ("torch.nn.functional.linear",)
     assert rows["bf16"]["kernel"].startswith(expected), rows["bf16"]["kernel"]
     # Bytes moved follow the format: fp8 weights are 1 byte, int4 half a byte (+ scales/zeros).
     assert rows["fp8"]["bytes_moved"] == 4 * 256 + 256 * 384 + 4 * 384 * 2
