@@ -75,8 +75,13 @@ def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float])
     if not kept or None in settings:
         return None
     min_n, max_n, k = (int(value) for value in settings)  # type: ignore[arg-type]
-    found = replay([(request.prompt, request.output) for request in kept], min_n, max_n, k)
-    return found.tokens_per_step if found else None
+    # Once a view: rule_figures runs for every option's sensitivity, and a replay over long
+    # outputs takes seconds.
+    memo = getattr(figures, "memo", {})
+    if (min_n, max_n, k) not in memo:
+        found = replay([(request.prompt, request.output) for request in kept], min_n, max_n, k)
+        memo[(min_n, max_n, k)] = found.tokens_per_step if found else None
+    return memo[(min_n, max_n, k)]
 
 
 def moe_w4a16_ratio(figures: KeyFigures) -> float | None:

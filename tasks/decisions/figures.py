@@ -31,6 +31,8 @@ class KeyFigures:
     capture: CaptureManifest | None = None
     single: MacroSingle | None = None
     sweep: MacroSweep | None = None
+    memo: dict = field(default_factory=dict, repr=False)
+    """Derived figures computed once a view (the n-gram replay)."""
 
     def share(self, category: str) -> float | None:
         if self.rank0 is None:

@@ -24,8 +24,14 @@ def propose(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
         return []
     for n in range(min(max_n, total - 1), min_n - 1, -1):
         suffix = tokens[total - n :]
-        # An earlier occurrence ends before the last token; it may overlap the suffix.
-        for start in range(0, total - n):
+        # An earlier occurrence ends before the last token; it may overlap the suffix. The earliest:
+        # candidates by the suffix's first token (list.index scans at C speed), then the whole n-gram.
+        start = -1
+        while True:
+            try:
+                start = tokens.index(suffix[0], start + 1, total - n)
+            except ValueError:
+                break
             if tokens[start : start + n] == suffix:
                 follow = start + n
                 return tokens[follow : follow + min(k, total - follow)]
