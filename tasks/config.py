@@ -81,7 +81,23 @@ def load_config(path: Path | None, units: list[PhaseUnit]) -> tuple[Any, str]:
                 " every request; raise it or shorten the requests"
             )
     check_trace(config, path)
+    check_conversations(config, path)
     return config, str(path)
+
+
+def check_conversations(config: Any, path: Path) -> None:
+    """A conversation's last turn carries its whole history: it must fit the server's context."""
+    macro, service = getattr(config, "macro", None), getattr(config, "service", None)
+    if macro is None or not macro.conversations or service is None or service.command is not None:
+        return
+    # the unique id (5 tokens) the client puts first; a chat template adds some more
+    needed = 5 + macro.conversation_turns * (macro.turn_input_tokens + macro.turn_output_tokens)
+    if needed > service.max_model_len:
+        raise InputError(
+            f"{path}: field 'macro.conversation_turns': the last of {macro.conversation_turns} turns of"
+            f" {macro.turn_input_tokens} + {macro.turn_output_tokens} tokens carries {needed} tokens of history,"
+            f" over service.max_model_len = {service.max_model_len}; raise it or use fewer or shorter turns"
+        )
 
 
 def check_trace(config: Any, path: Path) -> None:

@@ -5,7 +5,8 @@ request's first and last token chunks, so client-side TTFT/TPOT can be compared 
 really happened on the wire. Standard library only. Run as a process:
     python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS] [DIE_AFTER]
 GET /stats returns the per-request records (with the path and prompt each came with;
-/v1/chat/completions streams chat deltas); GET /health and /v1/models answer as vLLM's do (the
+/v1/chat/completions streams chat deltas); GET /history each generation request's whole prompt or
+messages; with `return_token_ids` a completion's chunks carry token ids (output i is 1000 + i); GET /health and /v1/models answer as vLLM's do (the
 model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
 stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`;
@@ -25,6 +26,7 @@ import sys
 import time
 
 RECORDS: list[dict] = []
+HISTORY: list[dict] = []  # each generation request's whole prompt or messages, in arrival order
 COUNTER = {"n": 0}
 DIE_AFTER = {"n": 0}
 CAPACITY: dict = {}
@@ -50,8 +52,8 @@ async def handle(
                 headers[key.strip().lower()] = value.strip()
             body = await reader.readexactly(int(headers.get("content-length", 0)))
             method, path, _ = request_line.decode().split(" ", 2)
-            if path == "/stats":
-                payload = json.dumps(RECORDS).encode()
+            if path in ("/stats", "/history"):
+                payload = json.dumps(RECORDS if path == "/stats" else HISTORY).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                     + str(len(payload)).encode()
@@ -92,6 +94,7 @@ async def handle(
             request = json.loads(body)
             tokens = request["max_tokens"]
             prompt = request["messages"][-1]["content"] if "messages" in request else request["prompt"]
+            HISTORY.append({"messages": request.get("messages"), "prompt": request.get("prompt")})
             slow = any(
                 int(a) <= COUNTER["n"] <= int(b)
                 for a, _, b in (
@@ -100,7 +103,17 @@ async def handle(
             )
             factor = float(os.environ.get("PACE_SLOW_FACTOR", "3")) if slow else 1.0
             async with CAPACITY["slots"]:
-                await stream(writer, tokens, ttft, pace * factor, stall, tail, path, prompt)
+                await stream(
+                    writer,
+                    tokens,
+                    ttft,
+                    pace * factor,
+                    stall,
+                    tail,
+                    path,
+                    prompt,
+                    bool(request.get("return_token_ids")),
+                )
     except (ConnectionError, asyncio.IncompleteReadError):
         return
     finally:
@@ -116,6 +129,7 @@ async def stream(
     tail: float,
     path: str = "/v1/completions",
     prompt: object = None,
+    token_ids: bool = False,
 ) -> None:
     loop = asyncio.get_running_loop()
     received = loop.time()
@@ -129,11 +143,14 @@ async def stream(
         # Absolute deadlines, so sleep overshoot does not accumulate into the pace.
         delay = stall if index >= tokens // 2 and tokens > 1 else 0.0
         await asyncio.sleep(max(0.0, received + ttft + index * pace + delay - loop.time()))
-        chunk(
-            b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
-            if path.endswith("chat/completions")
-            else b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n'
-        )
+        if token_ids:  # vLLM's return_token_ids: output token i is id 1000 + i
+            chunk(b'data: {"choices": [{"index": 0, "text": "x", "token_ids": [%d]}]}\n\n' % (1000 + index))
+        else:
+            chunk(
+                b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}\n\n'
+                if path.endswith("chat/completions")
+                else b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n'
+            )
         await writer.drain()
         last_at = time.perf_counter()
         if first_at is None:

@@ -131,6 +131,7 @@ def test_every_config_field_is_an_input_of_a_task_or_marked_as_none() -> None:
             "slo_tpot_ms": 50.0,
             "trace": "tasks/macro/samples/azure_sample.csv",
             "shared_prefix_tokens": 8,
+            "conversations": 2,
         }
     }
     config = config_model(UNITS).model_validate(everything)

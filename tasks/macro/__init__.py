@@ -6,7 +6,14 @@ from __future__ import annotations
 from orchestrator.campaign import TaskSpec
 from orchestrator.schema import Priority
 from tasks.macro.config import MacroSection
-from tasks.macro.results import MACRO_RATES, MACRO_REPLAY, MACRO_SINGLE, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.macro.results import (
+    MACRO_CONVERSATIONS,
+    MACRO_RATES,
+    MACRO_REPLAY,
+    MACRO_SINGLE,
+    MACRO_SLO_SEARCH,
+    MACRO_SWEEP,
+)
 from tasks.model.results import MODEL_FACTS
 from tasks.service.results import SERVICE, SERVICE_READY
 from tasks.session import Session
@@ -15,6 +22,7 @@ from tasks.unit import PhaseUnit
 
 def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     from tasks.macro.action import rate_sweep, single_stream, sweep
+    from tasks.macro.conversations import conversations_action
     from tasks.macro.replay import replay_action, trace_digest
     from tasks.macro.slo_search import slo_search
 
@@ -71,6 +79,16 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
                 cfg.inputs_for(MACRO_REPLAY.id) | {"trace_sha256": trace_digest(cfg.trace)},
             )
         )
+    if cfg.conversations:
+        specs.append(
+            serving(
+                MACRO_CONVERSATIONS,
+                "Multi-turn conversations: TTFT and TPOT by turn, the prefix cache's share of each turn's prompt",
+                conversations_action(session),
+                MACRO_SWEEP,
+                cfg.inputs_for(MACRO_CONVERSATIONS.id),
+            )
+        )
     if cfg.slo_search:
         specs.append(
             serving(
@@ -94,7 +112,7 @@ UNIT = PhaseUnit(
     runs_on_variants=True,
     name="macro",
     specs=_specs,
-    results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH, MACRO_REPLAY),
+    results=(MACRO_SINGLE, MACRO_SWEEP, MACRO_RATES, MACRO_SLO_SEARCH, MACRO_REPLAY, MACRO_CONVERSATIONS),
     config=MacroSection,
     requires=("service",),
     section=_section,

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from tasks.macro.results import MACRO_RATES, MACRO_REPLAY, MACRO_SLO_SEARCH, MACRO_SWEEP
+from tasks.macro.results import MACRO_CONVERSATIONS, MACRO_RATES, MACRO_REPLAY, MACRO_SLO_SEARCH, MACRO_SWEEP
 from tasks.models import ADDED_LATER, NOT_AN_INPUT, Section, input_of
 
 LOADED = input_of(MACRO_SWEEP.id, MACRO_RATES.id, MACRO_SLO_SEARCH.id)
@@ -15,6 +15,7 @@ RATES = input_of(MACRO_RATES.id)
 OPEN_LOOP = input_of(MACRO_RATES.id, MACRO_SLO_SEARCH.id)
 SEARCH = input_of(MACRO_SLO_SEARCH.id)
 REPLAY = input_of(MACRO_REPLAY.id)
+CONVERSE = input_of(MACRO_CONVERSATIONS.id)
 IN_FLIGHT = input_of(MACRO_RATES.id, MACRO_SLO_SEARCH.id, MACRO_REPLAY.id)
 
 
@@ -129,6 +130,41 @@ class MacroSection(Section):
         description="replay the arrivals up to this offset (after speed); all by default",
         json_schema_extra=REPLAY,
     )
+
+    conversations: int = Field(
+        0,
+        ge=0,
+        le=100000,
+        description="multi-turn conversations run after the sweep (0: none): turn n sends the whole history"
+        " (the user messages and the model's own answers) and a new user message; the findings give TTFT and"
+        " TPOT by turn and the prompt share the prefix cache served",
+        json_schema_extra=CONVERSE,
+    )
+    conversation_turns: int = Field(4, ge=1, le=1000, description="turns a conversation", json_schema_extra=CONVERSE)
+    conversation_concurrency: int = Field(
+        2, ge=1, le=4096, description="conversations in flight at once", json_schema_extra=CONVERSE
+    )
+    turn_input_tokens: int = Field(
+        64, ge=1, le=1 << 20, description="tokens of each new user message", json_schema_extra=CONVERSE
+    )
+    turn_output_tokens: int = Field(
+        32, ge=2, le=1 << 20, description="tokens of each answer", json_schema_extra=CONVERSE
+    )
+    think_time_s: float = Field(
+        0.5, ge=0, le=3600, description="between an answer and the conversation's next turn", json_schema_extra=CONVERSE
+    )
+    conversations_path: str | None = Field(
+        None,
+        description="a ShareGPT-format JSON file on the host: the human turns of its conversations with at least"
+        " conversation_turns of them are the user messages (with endpoint = 'chat'); generated without it",
+        json_schema_extra=CONVERSE,
+    )
+
+    @model_validator(mode="after")
+    def _conversation_file_is_chat(self) -> MacroSection:
+        if self.conversations_path and self.endpoint != "chat":
+            raise ValueError("conversations_path sends its text turns as chat messages: set endpoint = 'chat' with it")
+        return self
 
     @model_validator(mode="after")
     def _shared_prefix_fits(self) -> MacroSection:

@@ -156,6 +156,35 @@ class MacroReplay(Result):
     )
 
 
+class TurnFigures(Result):
+    """One turn number of the conversations: its requests' latencies and prefix-cache share."""
+
+    turn: int
+    requests: int
+    completed: int
+    prompt_tokens_mean: float | None = Field(description="prompt tokens a request (usage.prompt_tokens)")
+    cached_pct: float | None = Field(
+        description="prompt tokens the server served from its prefix cache, % of the turn's prompt tokens"
+        " (each response's usage.prompt_tokens_details.cached_tokens); None where the server does not say"
+    )
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+
+
+class MacroConversations(Result):
+    """Multi-turn conversations (`[macro] conversations`): each turn sends the whole history."""
+
+    level: LevelSummary = Field(description="every turn's request pooled; its prefix-cache hit rate from /metrics")
+    source: str = Field(description="'generated' or the ShareGPT file the user messages came from")
+    conversations: int
+    finished: int = Field(description="conversations whose every turn completed")
+    turns: int
+    concurrency: int = Field(description="conversations in flight")
+    think_time_s: float
+    conversations_per_s: float | None = Field(description="finished conversations over the run's duration")
+    by_turn: list[TurnFigures]
+
+
 class RequestTokens(Result):
     """One request's token ids, as the server returned them."""
 
@@ -203,4 +232,5 @@ MACRO_SINGLE = TaskRef("macro_single", MacroSingle)
 MACRO_SWEEP = TaskRef("macro_sweep", MacroSweep)
 MACRO_RATES = TaskRef("macro_rates", MacroRates)
 MACRO_REPLAY = TaskRef("macro_replay", MacroReplay)
+MACRO_CONVERSATIONS = TaskRef("macro_conversations", MacroConversations)
 MACRO_SLO_SEARCH = TaskRef("macro_slo_search", SloSearch)

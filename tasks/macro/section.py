@@ -7,6 +7,7 @@ from tasks.macro.metrics import DEFINITIONS
 from tasks.macro.noise import ranges_overlap
 from tasks.macro.plots import plot_sweep
 from tasks.macro.results import (
+    MACRO_CONVERSATIONS,
     MACRO_RATES,
     MACRO_REPLAY,
     MACRO_SINGLE,
@@ -17,6 +18,7 @@ from tasks.macro.results import (
     MacroSweep,
 )
 from tasks.macro.tables import (
+    conversations_table,
     goodput_table,
     noise_cell,
     percentiles_table,
@@ -97,12 +99,19 @@ def macro_section(findings: Findings) -> str:
     text += percentiles_table(runs, findings.session.config.macro if findings.session else None)
     search = findings.result(MACRO_SLO_SEARCH)
     text += slo_search_table(search) if search else ""
+    talks = findings.result(MACRO_CONVERSATIONS)
+    if talks:
+        text += conversations_table(talks)
+        runs.append(("conversations", talks.level))
     replayed = findings.result(MACRO_REPLAY)
     if replayed:
         text += replay_table(replayed)
         runs.append(("replay", replayed.level))
     text += f"\nThe tables as CSV (unrounded): [serving.csv]({write_csv(runs, findings)}).\n"
-    text += prefix_cache_text(runs, findings.session.config.macro.shared_prefix_tokens if findings.session else 0)
+    unique_prompts = [(label, level) for label, level in runs if label != "conversations"]  # they reuse history
+    text += prefix_cache_text(
+        unique_prompts, findings.session.config.macro.shared_prefix_tokens if findings.session else 0
+    )
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += (

@@ -8,6 +8,7 @@ from orchestrator.report import md_table
 from tasks.macro.metrics import goodput
 from tasks.macro.results import (
     LevelSummary,
+    MacroConversations,
     MacroRates,
     MacroReplay,
     SloSearch,
@@ -269,4 +270,38 @@ def replay_table(replayed: MacroReplay) -> str:
         " send after its scheduled time. The prefix cache's hit rate is vLLM's own counters' difference over"
         " the replay; the trace's shared blocks (Mooncake's hash ids) are what a cache could serve at best.\n\n"
         + md_table(header, rows)
+    )
+
+
+def conversations_table(talks: MacroConversations) -> str:
+    """The conversations by turn number: what turn 1 pays, what later turns find in the cache."""
+    level = talks.level
+    rows = [
+        [
+            turn.turn,
+            f"{turn.completed}/{turn.requests - turn.completed}",
+            fmt(turn.prompt_tokens_mean, 1),
+            "n/a" if turn.cached_pct is None else f"{turn.cached_pct:.1f}",
+            f"{fmt(turn.ttft_ms.p50)} / {fmt(turn.ttft_ms.p99)}",
+            f"{fmt(turn.tpot_ms.p50)} / {fmt(turn.tpot_ms.p99)}",
+        ]
+        for turn in talks.by_turn
+    ]
+    header = ["turn", "ok/failed", "prompt tokens", "prefix cache served %", "TTFT ms p50 / p99", "TPOT ms p50 / p99"]
+    counters = (
+        "n/a (the server exports no prefix-cache counters)"
+        if level.prefix_cache_hit_pct is None
+        else f"{level.prefix_cache_hit_pct:.1f}%"
+    )
+    return (
+        f"\n**Multi-turn conversations** (`[macro] conversations`, user messages {talks.source}):"
+        f" {talks.finished} of {talks.conversations} conversations of {talks.turns} turns finished,"
+        f" {talks.concurrency} in flight, {talks.think_time_s:g} s of think time between turns;"
+        f" {fmt(talks.conversations_per_s, 3)} conversations a second (finished over the run's"
+        f" {level.duration_s:.1f} s), {fmt(level.output_throughput_tok_per_s, 1)} output tokens a second."
+        " Turn n sends the whole history (each user message and the model's own answer) and a new message."
+        " Prefix cache served: the prompt tokens each response's usage says came from vLLM's prefix cache"
+        " (`prompt_tokens_details.cached_tokens`), % of the turn's prompt tokens; over all turns, vLLM's own"
+        f" counters' difference gives {counters}. vLLM caches whole blocks only (128 tokens on CPU), so a"
+        " history shorter than a block is computed again.\n\n" + md_table(header, rows)
     )

@@ -41,17 +41,23 @@ def model_checks(session: Session) -> list[Check]:
                 blocking=wanted > cfg.service.max_model_len,
             )
         )
-        if cfg.macro.dataset == "sharegpt":
-            host = session.host()
-            found = host.run(["test", "-r", str(cfg.macro.dataset_path)], check=False, timeout_s=30)
-            checks.append(
-                Check(
-                    "macro.dataset_path",
-                    f"{cfg.macro.dataset_path} readable on {host.name}"
-                    if found.exit_code == 0
-                    else f"{cfg.macro.dataset_path} is not a readable file on {host.name}: the load client"
-                    " reads it there; copy the ShareGPT JSON to the host or fix the path",
-                    blocking=found.exit_code != 0,
-                )
-            )
+        files = [("macro.dataset_path", cfg.macro.dataset_path if cfg.macro.dataset == "sharegpt" else None)]
+        files.append(("macro.conversations_path", cfg.macro.conversations_path if cfg.macro.conversations else None))
+        for field, wanted_file in files:
+            if wanted_file:
+                checks.append(readable_on_host(session, field, wanted_file))
     return checks
+
+
+def readable_on_host(session: Session, field: str, path: str) -> Check:
+    """A file the load client reads on the host is there."""
+    host = session.host()
+    found = host.run(["test", "-r", path], check=False, timeout_s=30)
+    return Check(
+        field,
+        f"{path} readable on {host.name}"
+        if found.exit_code == 0
+        else f"{path} is not a readable file on {host.name}: the load client"
+        " reads it there; copy the ShareGPT JSON to the host or fix the path",
+        blocking=found.exit_code != 0,
+    )

@@ -111,6 +111,9 @@ def launch_plan(session: Session, host: HostFacts, node: Node | None = None) -> 
         str(cfg.tensor_parallel),
         "--max-model-len",
         str(cfg.max_model_len),
+        # Each response's usage then says how many prompt tokens the prefix cache served: the
+        # per-turn hit rate of a conversation, which the server's global counters cannot give.
+        "--enable-prompt-tokens-details",
     ]
     if cfg.served_model_name:
         common += ["--served-model-name", cfg.served_model_name]

@@ -17,7 +17,7 @@ from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import ledger_history
 from tasks.decisions.rules import Rules
 from tasks.decisions.vocabulary import provenance
-from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot
+from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot, workload_metrics
 from tasks.view import Findings, fmt
 
 ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
@@ -94,6 +94,7 @@ def baseline_section(figures: KeyFigures, findings: Findings, record: list[Optio
         str(findings.session.state_path.absolute()),
         {o.id: o.gain_ms for o in record},
         campaign.applied_option,
+        workload_metrics(findings),
     )
     findings.attach("baseline.json", mine.model_dump_json(indent=1).encode())
     text = (

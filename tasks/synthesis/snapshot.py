@@ -23,7 +23,7 @@ from tasks.decisions.decide import decide
 from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures, key_figures
 from tasks.decisions.rules import load_rules
-from tasks.macro.results import LevelSummary, Spread
+from tasks.macro.results import MACRO_CONVERSATIONS, MACRO_REPLAY, LevelSummary, Spread
 from tasks.model.results import MODEL_FACTS
 from tasks.view import Findings
 
@@ -48,7 +48,12 @@ class Snapshot(BaseModel):
 
 
 def snapshot(
-    figures: KeyFigures, campaign: str, source: str, predictions: dict[str, float | None], applied: str | None
+    figures: KeyFigures,
+    campaign: str,
+    source: str,
+    predictions: dict[str, float | None],
+    applied: str | None,
+    workloads: dict[str, Measured] | None = None,
 ) -> Snapshot:
     metrics: dict[str, Measured] = {}
     levels = [("single stream", figures.single.single_stream)] if figures.single else []
@@ -68,8 +73,38 @@ def snapshot(
             if category.calls_per_step:
                 metrics[f"decode {name} (rank 0)"] = _trace(category.ms_per_step, category.ms_per_step_ci95, how)
     return Snapshot(
-        campaign=campaign, source=source, metrics=metrics, predictions_ms=predictions, applied_option=applied
+        campaign=campaign,
+        source=source,
+        metrics=metrics | (workloads or {}),
+        predictions_ms=predictions,
+        applied_option=applied,
     )
+
+
+def workload_metrics(findings: Findings) -> dict[str, Measured]:
+    """The trace replay's and the conversations' figures (one run each: no interval)."""
+    metrics: dict[str, Measured] = {}
+    one = "one run: no interval"
+    replayed = findings.result(MACRO_REPLAY)
+    if replayed:
+        level = replayed.level
+        metrics["replay TTFT mean"] = Measured(value=level.ttft_ms.mean, unit="ms", noise=one)
+        metrics["replay TPOT mean"] = Measured(value=level.tpot_ms.mean, unit="ms", noise=one)
+        metrics["replay achieved req/s"] = Measured(value=replayed.achieved_rate_per_s, unit="req/s", noise=one)
+    talks = findings.result(MACRO_CONVERSATIONS)
+    if talks:
+        metrics["conversations a second"] = Measured(value=talks.conversations_per_s, unit="conv/s", noise=one)
+        for turn in talks.by_turn:
+            metrics[f"conversation turn {turn.turn} TTFT mean"] = Measured(
+                value=turn.ttft_ms.mean, unit="ms", noise=one
+            )
+            metrics[f"conversation turn {turn.turn} TPOT mean"] = Measured(
+                value=turn.tpot_ms.mean, unit="ms", noise=one
+            )
+            metrics[f"conversation turn {turn.turn} prefix cache served"] = Measured(
+                value=turn.cached_pct, unit="%", noise=one
+            )
+    return metrics
 
 
 def _serving(level: LevelSummary, attribute: str, pooled: float | None, unit: str) -> Measured:
@@ -138,7 +173,7 @@ def snapshot_of_state(path: Path) -> Snapshot:
         )
     rules = load_rules()
     predictions = {o.id: o.gain_ms for o in decide(rule_figures(figures, rules.assumptions), rules)}
-    return snapshot(figures, state.campaign, str(path), predictions, None)
+    return snapshot(figures, state.campaign, str(path), predictions, None, workload_metrics(findings))
 
 
 def verdict(a: Measured, b: Measured) -> str:

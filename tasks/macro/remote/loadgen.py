@@ -113,10 +113,12 @@ class Connection:
             self.writer = None
 
 
-async def stream_request(conn, path, body):
+async def stream_request(conn, path, body, keep_text=False):
     """One streamed request; returns the record. Timestamps are taken as bytes arrive. With
     `return_token_ids` in the body (vLLM), the prompt's and the output's token ids are kept too
-    (the n-gram drafter is replayed over them: tasks/decisions/ngram_replay.py)."""
+    (the n-gram drafter is replayed over them: tasks/decisions/ngram_replay.py); with
+    ``keep_text``, the answer's text (a conversation's history). Where the server reports it
+    (vLLM's --enable-prompt-tokens-details), the prompt tokens it served from its prefix cache."""
     record_ids = bool(body.get("return_token_ids"))
     payload = json.dumps(body).encode()
     head = (
@@ -162,10 +164,17 @@ async def stream_request(conn, path, body):
                 record["prompt_ids"] = list(choice["prompt_token_ids"])
             if choice.get("token_ids"):
                 record.setdefault("output_ids", []).extend(choice["token_ids"])
+        if keep_text and event.get("choices"):
+            choice = event["choices"][0]
+            piece = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            record["text"] = record.get("text", "") + piece
         usage = event.get("usage")
         if usage:
             record["output_tokens"] = usage.get("completion_tokens")
             record["prompt_tokens"] = usage.get("prompt_tokens")
+            details = usage.get("prompt_tokens_details") or {}
+            if details.get("cached_tokens") is not None:
+                record["cached_tokens"] = details["cached_tokens"]
 
     async def body_pieces():
         if chunked:
