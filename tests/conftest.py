@@ -56,7 +56,7 @@ TINY_CONFIG = {
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
     """Run the real `orchestrate` CLI as a user would, in its own process."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**kwargs.pop("env", os.environ), "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
         [sys.executable, "-m", "orchestrate", *args],
         cwd=cwd,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -428,7 +429,9 @@ def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(tmp
         grid = { pace_ms = [6, 20] }
         """),
     )
-    result = run_cli(["resume"], tmp_path, timeout=300)
+    # NVML is the fake of tests/fake_nvml (a constant 650 W): output tokens a joule then follow throughput
+    fake_nvml = str(Path(__file__).resolve().parent / "fake_nvml")
+    result = run_cli(["resume"], tmp_path, timeout=300, env=os.environ | {"PYTHONPATH": fake_nvml})
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     launches = [line for line in result.stdout.splitlines() if "launched custom server" in line]
     assert len(launches) == 3 and "--pace-ms 6" in launches[1] and "--pace-ms 20" in launches[2]
@@ -437,15 +440,18 @@ def test_a_grid_serves_each_point_on_its_own_load_and_names_the_pareto_front(tmp
     findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
     section = findings.split("## Server-parameter sweep", 1)[1].split("\n## ", 1)[0]
     rows = [
-        line.strip("| ").split(" | ")
+        [cell.strip() for cell in line.split("|")[1:-1]]
         for line in section.splitlines()
         if line.startswith("| pace_") or line.startswith("| campaign")
     ]
     assert [(row[0], row[3]) for row in rows] == [(p, c) for p in ("campaign", "pace_1", "pace_2") for c in "12"]
     for label, pace in (("campaign", 10.0), ("pace_1", 6.0), ("pace_2", 20.0)):
         assert all(float(row[4]) == pytest.approx(pace, rel=0.05) for row in rows if row[0] == label)
-    front = {row[0] for row in rows if row[-1].strip() == "yes"}
+    front = {row[0] for row in rows if row[10] == "yes"}
     assert front == {"pace_1"}  # 6 ms a token beats 10 and 20 on both axes
+    for row in rows:  # at the same power, tokens a joule follow tokens a second
+        assert float(row[11]) == pytest.approx(float(row[6].replace(",", "")) / 650.0, rel=0.05)
+    assert {row[0] for row in rows if row[12] == "yes"} == {"pace_1"}
     assert "Best point of all (no SLO set): **pace_1**" in section
     assert (tmp_path / "reports" / "pace" / "pareto_pace.png").stat().st_size > 1000
     assert not (tmp_path / "reports" / "ledger.json").exists()  # a sweep's point verifies no option

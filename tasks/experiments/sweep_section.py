@@ -1,5 +1,6 @@
 """The findings' "Server-parameter sweep" section: every grid point's levels as measured, the
-Pareto front (tokens/s a user against tokens/s a GPU), the points the decision rules can predict
+Pareto front (tokens/s a user against tokens/s a GPU, and against output tokens a joule where the
+host's telemetry measured energy), the points the decision rules can predict
 beside them, and the best point under the campaign's SLOs.
 
 Tokens/s a user is 1000 / the level's TPOT (the median of its runs' mean TPOT, vLLM's definition);
@@ -36,6 +37,8 @@ class Point:
     ttft_p99_ms: float | None
     out_tok_s: float | None
     slo_met_pct: float | None
+    tok_per_j: float | None = None
+    """Output tokens a joule where the host's telemetry measured the level's energy."""
 
     @property
     def per_user(self) -> float | None:
@@ -76,21 +79,24 @@ def points_of(findings: Findings, figures: KeyFigures, label: str, params: str, 
         met = None
         if any(slos) and level.latencies:
             met = goodput(level.latencies, level.duration_s, *slos)[0] / len(level.latencies) * 100
-        out.append(Point(label, params, gpus, level.concurrency, tpot, level.ttft_ms.p99, rate, met))
+        energy = level.telemetry.energy[0] if level.telemetry else None
+        per_joule = level.output_tokens / energy if energy else None
+        out.append(Point(label, params, gpus, level.concurrency, tpot, level.ttft_ms.p99, rate, met, per_joule))
     return out
 
 
-def pareto(points: list[Point]) -> list[Point]:
-    """The points no other point beats on both tokens/s a user and tokens/s a GPU."""
-    known = [p for p in points if p.per_user is not None and p.per_gpu is not None]
+def pareto(points: list[Point], axis: str = "per_gpu") -> list[Point]:
+    """The points no other point beats on both tokens/s a user and ``axis`` (tokens/s a GPU, or
+    `tok_per_j`: output tokens a joule)."""
+    known = [p for p in points if p.per_user is not None and getattr(p, axis) is not None]
     return sorted(
         (
             p
             for p in known
             if not any(
                 q.per_user >= p.per_user
-                and q.per_gpu >= p.per_gpu
-                and (q.per_user, q.per_gpu) != (p.per_user, p.per_gpu)
+                and getattr(q, axis) >= getattr(p, axis)
+                and (q.per_user, getattr(q, axis)) != (p.per_user, getattr(p, axis))
                 for q in known
             )
         ),
@@ -137,7 +143,9 @@ def sweep_section(findings: Findings, rules: object) -> str:
     text = (
         "## Server-parameter sweep\n\nEach grid point is a variant server (one model load) served as the"
         " campaign is. Tokens/s a user: 1000 / TPOT (the median of the runs' mean TPOT); tokens/s a GPU:"
-        " output throughput / the point's TP (a rank on a CPU host)."
+        " output throughput / the point's TP (a rank on a CPU host); output tokens a joule: the level's output"
+        " tokens over its energy (the host's telemetry; n/a where nothing was measured), with its own Pareto"
+        " front against tokens/s a user."
         + (
             f" SLOs: {slo_text}, met when {macro.slo_met_pct:g}% of a level's requests meet them."
             if slo_text
@@ -159,6 +167,7 @@ def sweep_section(findings: Findings, rules: object) -> str:
             if guess:
                 predicted.append((experiment.name, guess))
         front = pareto(points)
+        energy_front = pareto(points, "tok_per_j")
         rows = [
             [
                 p.label,
@@ -172,6 +181,8 @@ def sweep_section(findings: Findings, rules: object) -> str:
                 fmt(p.per_gpu, 1),
                 "n/a" if p.slo_met_pct is None else f"{p.slo_met_pct:.0f}%",
                 "yes" if p in front else "",
+                fmt(p.tok_per_j, 2),
+                "yes" if p in energy_front else "",
             ]
             for p in points
         ]
@@ -188,6 +199,8 @@ def sweep_section(findings: Findings, rules: object) -> str:
                 "tok/s a GPU",
                 "requests meeting the SLOs",
                 "Pareto",
+                "out tok a J",
+                "Pareto (a user, a J)",
             ],
             rows,
         )

@@ -43,6 +43,7 @@ def load_args(session: Session, ctx: TaskContext, input_tokens: int, output_toke
         model.model,
     ]
     args += ["--shared-prefix", str(cfg.shared_prefix_tokens)] if cfg.shared_prefix_tokens else []
+    args += ["--telemetry-interval-s", repr(cfg.telemetry_interval_s)] if cfg.telemetry_interval_s else []
     return args + (["--dataset-path", cfg.dataset_path] if cfg.dataset_path else [])
 
 

@@ -131,6 +131,14 @@ class MacroSection(Section):
         json_schema_extra=REPLAY,
     )
 
+    telemetry_interval_s: float = Field(
+        0.1,
+        ge=0,
+        le=60,
+        description="sample GPU power, clocks, temperature and throttle reasons (NVML; CPU package energy from"
+        " RAPL where there is no GPU) this often during every measured run, from a process of its own (0: not)",
+        json_schema_extra=NOT_AN_INPUT,
+    )
     conversations: int = Field(
         0,
         ge=0,

@@ -78,6 +78,7 @@ def conversations_action(session: Session):
             "conversations",
         ]
         args += ["--sharegpt", cfg.conversations_path] if cfg.conversations_path else []
+        args += ["--telemetry-interval-s", repr(cfg.telemetry_interval_s)] if cfg.telemetry_interval_s else []
         turns = cfg.conversations * cfg.conversation_turns
         raw = run_json_script(
             session,

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from tasks.macro.energy import telemetry_of
+
 DEFINITIONS = {
     "ttft": "time from sending the request to the first streamed chunk carrying choices",
     "tpot": "(E2E - TTFT) / (output tokens - 1), requests with > 1 output token",
@@ -95,6 +97,7 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     summary["server"] = server_view(run.get("server_metrics_delta") or {}, summary)
     summary["prefix_cache_hit_pct"] = prefix_cache_hit_pct(run.get("server_metrics_delta") or {})
     summary["spec_decode"] = spec_decode_view(run.get("server_metrics_delta") or {})
+    summary["telemetry"] = telemetry_of(run["telemetry_runs"] if "telemetry_runs" in run else [run.get("telemetry")])
     prompts = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens") is not None]
     summary["prompt_tokens_mean"] = sum(prompts) / len(prompts) if prompts else None
     return summary

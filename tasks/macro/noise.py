@@ -79,6 +79,7 @@ def merge_runs(raws: list[dict[str, Any]]) -> dict[str, Any]:
         "scheduling": raws[0].get("scheduling"),
         "request_rate": raws[0].get("request_rate"),
         "burstiness": raws[0].get("burstiness"),
+        "telemetry_runs": [raw.get("telemetry") for raw in raws],
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from orchestrator.refs import TaskRef
+from tasks.macro.energy import Telemetry
 from tasks.models import Result
 
 
@@ -127,6 +128,9 @@ class LevelSummary(Result):
     )
     spec_decode: SpecDecode | None = Field(
         None, description="speculative decoding counters, when the server speculates"
+    )
+    telemetry: Telemetry | None = Field(
+        None, description="power, clocks and throttling over the level's runs (None: not sampled)"
     )
     latencies: list[tuple[float, float | None, float]] | None = Field(
         None, description="(TTFT, TPOT, E2E) ms of each completed request: goodput under any SLO, at report time"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
+from tasks.macro.energy_section import EnergyRun, energy_table
 from tasks.macro.metrics import DEFINITIONS
 from tasks.macro.noise import ranges_overlap
 from tasks.macro.plots import plot_sweep
@@ -28,6 +29,7 @@ from tasks.macro.tables import (
     stall_cell,
     write_csv,
 )
+from tasks.profile.results import PROFILE_CAPTURE
 from tasks.view import Findings, fmt
 
 
@@ -112,6 +114,7 @@ def macro_section(findings: Findings) -> str:
     text += prefix_cache_text(
         unique_prompts, findings.session.config.macro.shared_prefix_tokens if findings.session else 0
     )
+    text += energy_table(energy_runs(runs, findings), findings)
     failing = [(label, level) for label, level in runs if level.failed]
     if failing:
         text += (
@@ -166,6 +169,20 @@ def macro_section(findings: Findings) -> str:
         for name in plot_sweep(sweep.levels, findings):
             text += f"\n![{name}]({name}.png)\n"
     return text
+
+
+def energy_runs(runs: list[tuple[str, LevelSummary]], findings: Findings) -> list[EnergyRun]:
+    """Every measured run's telemetry, the profiled capture's last."""
+    found = [
+        EnergyRun(label, level.telemetry, level.completed, level.output_tokens, level.artifact) for label, level in runs
+    ]
+    capture = findings.result(PROFILE_CAPTURE)
+    load = capture.load if capture else None
+    if load is not None and load.telemetry is not None:
+        found.append(
+            EnergyRun("capture (profiled)", load.telemetry, load.requests - load.failed, load.output_tokens or 0)
+        )
+    return found
 
 
 def runs_of(single: MacroSingle | None, sweep: MacroSweep | None) -> list[LevelSummary]:

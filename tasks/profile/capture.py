@@ -242,6 +242,8 @@ def capture_on_host(session: Session, ctx: TaskContext, tp: int, cfg) -> Pending
             concurrency=cfg.concurrency,
             failed=summary["failed"],
             tpot_ms=summary["tpot_ms"],
+            telemetry=summary["telemetry"],
+            output_tokens=summary["output_tokens"],
         ),
     )
 

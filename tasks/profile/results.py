@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field
 
 from orchestrator.refs import TaskRef
+from tasks.macro.energy import Telemetry
 from tasks.macro.results import Distribution
 from tasks.models import Result
 
@@ -19,6 +20,8 @@ class CaptureLoad(Result):
     concurrency: int = 1
     failed: int = 0
     tpot_ms: Distribution | None = None
+    telemetry: Telemetry | None = Field(None, description="power and clocks while the profiler recorded")
+    output_tokens: int | None = None
 
 
 class PendingCapture(Result):

@@ -30,6 +30,7 @@ import urllib.request
 
 from loadgen_prompts import prompt_source
 from loadgen_schedule import KEEP_ALIVE_S, arrival_times
+from telemetry import Telemetry
 
 try:
     from host_progress import Reporter  # shipped beside this script (tasks/host_progress.py)
@@ -325,6 +326,9 @@ async def run(args):
     base = f"http://{host}:{port}"
     counter = "vllm:e2e_request_latency_seconds_count"
     before = scrape_metrics(base)
+    telemetry = Telemetry(args.telemetry_interval_s) if args.telemetry_interval_s > 0 else None
+    if telemetry is not None:
+        telemetry.start()  # its own process: power and clocks over exactly the measured window
     started = time.perf_counter()
     if args.request_rate > 0 or schedule is not None:
         if schedule is None:
@@ -335,6 +339,7 @@ async def run(args):
     else:
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
+    power = telemetry.finish() if telemetry is not None else None
     # The server records a request's histograms after its stream ends: wait until it has
     # counted every request of this run, so the delta covers exactly this run.
     expected = before.get(counter, 0.0) + len(records)
@@ -357,6 +362,7 @@ async def run(args):
         "server_metrics_delta": delta,
         "server_metrics_error": before.get("error") or after.get("error"),
         "scheduling": scheduling(args.server_pid_file),
+        "telemetry": power,
     }
 
 
@@ -391,6 +397,9 @@ def main():
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
     parser.add_argument("--token-ids", action="store_true", help="ask for and keep each request's token ids")
     parser.add_argument("--shared-prefix", type=int, default=0, help="tokens of a system prompt every request shares")
+    parser.add_argument(
+        "--telemetry-interval-s", type=float, default=0.0, help="sample power and clocks this often (0: not)"
+    )
     parser.add_argument(
         "--schedule", help="a JSON list of [offset s, input tokens, output tokens]: arrivals replayed from a trace"
     )

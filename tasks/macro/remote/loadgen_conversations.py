@@ -29,6 +29,7 @@ import time
 
 from loadgen import Connection, scrape_metrics, stream_request
 from loadgen_prompts import WORDS, cut_text, load_tokenizer, unique_prefix
+from telemetry import Telemetry
 
 try:
     from host_progress import Reporter
@@ -155,9 +156,13 @@ async def run(args):
         conn.close()
 
     before = scrape_metrics(base)
+    telemetry = Telemetry(args.telemetry_interval_s) if args.telemetry_interval_s > 0 else None
+    if telemetry is not None:
+        telemetry.start()
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
+    power = telemetry.finish() if telemetry is not None else None
     counter = "vllm:e2e_request_latency_seconds_count"
     expected = before.get(counter, 0.0) + len(records)
     deadline = time.perf_counter() + 10
@@ -174,6 +179,7 @@ async def run(args):
         "endpoint": path,
         "server_metrics_delta": delta,
         "server_metrics_error": before.get("error") or after.get("error"),
+        "telemetry": power,
     }
 
 
@@ -193,6 +199,7 @@ def main():
     parser.add_argument("--tokenizer", help="the model folder: chat messages are cut with its tokenizer")
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--telemetry-interval-s", type=float, default=0.0, help="power and clocks (0: not)")
     parser.add_argument("--progress-label", help="name the run in progress lines on stderr (none without it)")
     print(json.dumps(asyncio.run(run(parser.parse_args()))))
 
