@@ -44,3 +44,61 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
     assert not per_expert.fused and per_expert.calls_per_step == pytest.approx(2 * 8 * 3)
     dense = predict_gemm(shapes, gemm, 1.0, experts=False)
     assert dense.ms_per_step < 1.0 and "experts_fused" not in dense.missing
+
+
+def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed_factor() -> None:
+    """lower_tp's GEMM factor from the micro's rows at the TP/2 shapes (timed as such a rank runs
+    them), in place of the rules file's assumed 2.0; the what-if rows never count as today's.
+    Made-up timings, so the factor is known: today's rows 10 µs each, the TP/2 rows 13 µs."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.gpu_model_shapes import shape
+    from tasks.decisions.estimates import half_tp_factor, rule_figures
+    from tasks.decisions.figures import KeyFigures
+    from tasks.decisions.gemm_prediction import HALF_TP, predict_gemm
+    from tasks.decisions.rules import load_rules
+    from tasks.decisions.vocabulary import provenance
+    from tasks.gemm.results import GemmResult
+    from tasks.model.results import ModelFacts
+    from tasks.model.shapes import model_shapes
+
+    config = shape("llama8b_bf16", {})
+    today, half = model_shapes(config, 2), model_shapes(config, 1)
+    rows = [{**row, "device": "cpu", "rotated_copies": 1, "us": 10.0} for row in today.gemm_rows([1])]
+    rows += [
+        {**row, "name": row["name"] + HALF_TP, "device": "cpu", "rotated_copies": 1, "us": 13.0, "threads": 2}
+        for row in half.gemm_rows([1])
+    ]
+    info = {"device": "cpu", "torch": "2.11", "device_name": "cpu", "threads": 1}
+    gemm = GemmResult(info=info, copy_ceiling_gbps=20.0, rows=rows, artifact="gemm.json")
+    assert predict_gemm(today, gemm, 1.0, experts=False).ms_per_step == pytest.approx(
+        10.0 * (4 * today.num_layers + 1) / 1000  # qkv, o, gate_up, down a layer; the lm_head
+    )
+    assert half_tp_factor(today, gemm, 1.0) == pytest.approx(1.3)
+    without = GemmResult(info=info, copy_ceiling_gbps=20.0, rows=rows[: len(rows) // 2], artifact="gemm.json")
+    assert half_tp_factor(today, without, 1.0) is None  # not timed: the assumption stays, and says so
+
+    rules = load_rules()
+    facts = ModelFacts(
+        model="/m",
+        generated=False,
+        model_type="llama",
+        config_artifact="config.json",
+        vocab_size=128256,
+        weight_dtype="bf16",
+        group_size=None,
+        shapes=today,
+    )
+    figures = KeyFigures(
+        tp=2, rank0=None, breakdown=None, model=facts, host=None, gemm=gemm, allreduce=None, decode_tpot_ms=None
+    )
+    measured = rule_figures(figures, rules.assumptions)
+    assert measured["half_tp_gemm_factor"] == pytest.approx(1.3) != rules.assumptions["half_tp_gemm_factor"]
+    assert provenance("half_tp_gemm_factor", measured, rules.assumptions).startswith("measured: gemm_bench")
+    figures_without = KeyFigures(
+        tp=2, rank0=None, breakdown=None, model=facts, host=None, gemm=without, allreduce=None, decode_tpot_ms=None
+    )
+    assumed = rule_figures(figures_without, rules.assumptions)
+    assert assumed["half_tp_gemm_factor"] == rules.assumptions["half_tp_gemm_factor"]
+    assert provenance("half_tp_gemm_factor", assumed, rules.assumptions).startswith("assumed")

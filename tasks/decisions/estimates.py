@@ -17,7 +17,7 @@ from tasks.allreduce.results import AllreduceResult
 from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.decisions.figures import KeyFigures, w4a16_speedup
-from tasks.decisions.gemm_prediction import W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
+from tasks.decisions.gemm_prediction import HALF_TP, W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
 from tasks.decisions.ngram_replay import replay
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
@@ -212,7 +212,12 @@ def latency_at(allreduce: AllreduceResult, size: int) -> float | None:
 def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str, float | None]:
     shapes = figures.model.shapes if figures.model else None
     gemm: GemmResult | None = figures.gemm
-    none = {"w4a16_gemm_delta_ms": None, "spec_verify_extra_ms": None, "weight_floor_ms": None}
+    none = {
+        "w4a16_gemm_delta_ms": None,
+        "spec_verify_extra_ms": None,
+        "weight_floor_ms": None,
+        "half_tp_gemm_factor_micro": None,
+    }
     if not (shapes and gemm):
         return none
     tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
@@ -235,7 +240,22 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
         "w4a16_gemm_delta_ms": 0.0 if shapes.weight_dtype != "bf16" else delta,
         "spec_verify_extra_ms": verify,
         "weight_floor_ms": floor,
+        "half_tp_gemm_factor_micro": half_tp_factor(shapes, gemm, tokens or 1),
     }
+
+
+def half_tp_factor(shapes: ModelShapes, gemm: GemmResult, tokens: float) -> float | None:
+    """A step's GEMMs (dense and routed experts) as a rank at half the TP runs them, over today's:
+    the micro's rows at the TP/2 shapes (on CPU with that rank's cores) against today's rows, at the
+    captured step's M; None where the micro timed no TP/2 row or missed a GEMM."""
+    totals = []
+    for variant in ("", HALF_TP):
+        parts = [predict_gemm(shapes, gemm, tokens, experts=experts, variant=variant) for experts in (False, True)]
+        if any(p is None or p.missing for p in parts):
+            return None
+        totals.append(sum(p.ms_per_step for p in parts if p is not None))
+    today, half = totals
+    return half / today if today > 0 else None
 
 
 def kv_read_ms(figures: KeyFigures) -> float | None:

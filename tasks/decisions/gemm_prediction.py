@@ -12,6 +12,14 @@ from tasks.gemm.results import GemmResult, GemmRow
 from tasks.model.shapes import ModelShapes
 
 W4A16_COMPARISON = " (as W4A16)"
+HALF_TP = " (at TP/2)"  # tasks/gemm/action.py names the rows so
+WHAT_IF = (W4A16_COMPARISON, HALF_TP)
+"""Name suffixes of the micro's rows that time something the server does not run today."""
+
+
+def variant_of(name: str) -> str:
+    """The what-if suffix of a micro row's name ('' for what the server runs)."""
+    return next((suffix for suffix in WHAT_IF if name.endswith(suffix)), "")
 
 
 def micro_us(row: GemmRow, cold: bool = False) -> float:
@@ -59,15 +67,18 @@ def predict_gemm(
     experts: bool,
     cold: bool = False,
     as_w4a16: bool = False,
+    variant: str = "",
 ) -> GemmPrediction | None:
     """Σ over the model's GEMMs (routed experts, or the rest) of µs at the step's M x calls a
-    step, in the format the model runs (``as_w4a16``: from the what-if W4A16 rows instead);
-    None when no M was timed. Routed experts come from the fused-MoE rows where those were timed
-    (what the server runs), else from each expert's GEMM alone."""
+    step, in the format the model runs (``as_w4a16``: from the what-if W4A16 rows instead;
+    ``variant``: from the rows of that what-if suffix, e.g. HALF_TP); None when no M was timed.
+    Routed experts come from the fused-MoE rows where those were timed (what the server runs),
+    else from each expert's GEMM alone."""
+    wanted_variant = W4A16_COMPARISON if as_w4a16 else variant
     timed = {
-        (row.name.removesuffix(W4A16_COMPARISON), row.m): micro_us(row, cold)
+        (row.name.removesuffix(wanted_variant), row.m): micro_us(row, cold)
         for row in gemm.rows
-        if row.us is not None and row.name.endswith(W4A16_COMPARISON) == as_w4a16
+        if row.us is not None and variant_of(row.name) == wanted_variant
     }
     measured_m = sorted({m for _, m in timed})
     if not measured_m:

@@ -47,6 +47,11 @@ FIGURES: dict[str, tuple[str, str]] = {
         "one MoE layer's routed experts as W4A16 (Marlin-MoE) / bf16 at the step's tokens",
         GEMM,
     ),
+    "half_tp_gemm_factor_micro": (
+        "a step's GEMMs (dense and experts) as a rank at TP/2 runs them (on CPU with its cores) / today's,"
+        " at the step's tokens",
+        GEMM,
+    ),
     "spec_verify_extra_ms": ("dense GEMMs at M x (spec_tokens + 1) minus at M", GEMM),
     "weight_floor_ms": ("weight bytes a step / the measured copy bandwidth", GEMM),
     "moe_layers": ("MoE layers of the model", MODEL),
@@ -77,6 +82,7 @@ VARIANT_ONLY = {
 
 MEASURED_IN_PLACE = {
     "moe_w4a16_time_ratio": "moe_w4a16_time_ratio_micro",
+    "half_tp_gemm_factor": "half_tp_gemm_factor_micro",
     "spec_expected_tokens": "spec_replay_tokens_per_step",
 }
 """Assumptions the campaign measures where it can: the measurement stands in the formula in the

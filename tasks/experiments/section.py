@@ -166,6 +166,20 @@ def _trace_change(v: Verification) -> list[str]:
             f" ({x_waits - waits:+.3f})**: time the GPU waits on the host, which no device-time input"
             " of this formula holds; the gap between calibrated and realised is there, not in an assumption"
         )
+    tpot, x_tpot = v.base_figures.get("tpot_ms"), v.variant_figures.get("x_tpot_ms")
+    if tpot is not None and x_tpot is not None:
+        outside, x_outside = tpot - wall, x_tpot - x_wall  # type: ignore[operator]
+        if abs(x_outside - outside) > max(0.05, 0.25 * abs(x_wall - wall)):  # type: ignore[operator]
+            notes.append(
+                f"**TPOT beyond the traced step went {outside:.3f} → {x_outside:.3f} ms ({x_outside - outside:+.3f})**"
+                f" while the step's wall changed {x_wall - wall:+.3f} ms: the server's host work between steps"
+                " (scheduling, output processing, streaming) is in no trace and no input of this formula"
+                + (
+                    " (at TP 1 vLLM runs the model in the engine core's own process, with no worker process beside it)"
+                    if v.experiment.change.tensor_parallel == 1
+                    else ""
+                )
+            )
     return notes
 
 

@@ -12,6 +12,7 @@ from tasks.gemm.results import GemmResult
 from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
 from tasks.model.results import MODEL_FACTS
+from tasks.model.shapes import model_shapes
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 
@@ -35,6 +36,24 @@ def threads_per_rank(host: HostFacts, tensor_parallel: int) -> int:
     return max(1, (host.cpu_count or 1) // tensor_parallel)
 
 
+HALF_TP = " (at TP/2)"
+"""The name suffix of the rows timed at half the campaign's tensor parallelism (lower_tp's GEMMs)."""
+
+
+def half_tp_rows(ctx: TaskContext, session: Session, host: HostFacts, batch_sizes: list[int]) -> list[dict]:
+    """The step's GEMMs as one rank runs them at half the TP (each twice as wide), on CPU with the
+    cores such a rank gets: what halving the TP does to GEMM time, measured before anything is
+    relaunched (the `lower_tp` option reads it). No rows at TP 1 or an odd TP."""
+    tp = session.config.service.tensor_parallel
+    if tp < 2 or tp % 2:
+        return []
+    facts = ctx.input(MODEL_FACTS)
+    config = json.loads(Path(facts.config_artifact).read_text())
+    half = model_shapes(config, tp // 2)
+    threads = {"threads": threads_per_rank(host, tp // 2)} if host.accelerator == "cpu" else {}
+    return [{**row, **threads, "name": row["name"] + HALF_TP} for row in half.gemm_rows(batch_sizes)]
+
+
 def gemm_action(session: Session):
     def run(ctx: TaskContext) -> GemmResult:
         shapes_model = ctx.input(MODEL_FACTS).require_shapes()
@@ -48,6 +67,7 @@ def gemm_action(session: Session):
                 for row in shapes
                 if row["dtype"] == "bf16"
             ]
+        shapes += half_tp_rows(ctx, session, host, cfg.batch_sizes)
         local = ctx.artifacts_dir / "shapes.json"
         write_atomic(local, json.dumps(shapes).encode())
         remote = f"{session.workdir}/gemm/shapes.json"

@@ -39,6 +39,7 @@ class GemmRow(Result):
     timing: str | None = None
     graph_error: str | None = None
     us: float | None = None
+    threads: int | None = Field(None, description="CPU threads of this row where not the bench's (a rank at TP/2)")
     samples: int | None = Field(None, description="timings the median `us` is taken over")
     spread_pct: float | None = Field(None, description="(max - min) / median of those timings, %")
     remeasured_from_us: float | None = Field(

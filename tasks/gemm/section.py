@@ -40,6 +40,14 @@ def gemm_section(findings: Findings) -> str:
             ' cross-checks hold against the server\'s trace; "cold": the same op with 64 MB written'
             " between calls, so its weights come from memory, not cache.\n\n"
         )
+    half = [row for row in gemm.rows if row.name.endswith(" (at TP/2)")]
+    if half:
+        threads = f", on {half[0].threads} CPU threads (such a rank's share of the cores)" if half[0].threads else ""
+        text += (
+            "Rows `(at TP/2)` are the same GEMMs as a rank at half the tensor parallelism runs them (each"
+            f" twice as wide){threads}: what `lower_tp` would do to the step's GEMM time, measured before"
+            " anything is relaunched.\n\n"
+        )
     if any(row.experts for row in gemm.rows):
         text += (
             "`experts_fused` is one MoE layer's routed experts as the server runs them (both GEMMs,"

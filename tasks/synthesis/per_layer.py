@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from orchestrator.report import md_table
 from tasks.decisions.figures import KeyFigures
-from tasks.decisions.gemm_prediction import W4A16_COMPARISON, micro_us
+from tasks.decisions.gemm_prediction import micro_us, variant_of
 from tasks.view import fmt
 
 SPLIT_K_REDUCE = re.compile(r"splitKreduce|reduce_kernel|splitk_reduce", re.I)
@@ -85,7 +85,7 @@ def _micro_us(figures: KeyFigures, cold: bool = False) -> dict[str, float]:
     rank0, gemm = figures.rank0, figures.gemm
     if not (rank0 and gemm):
         return {}
-    timed = [row for row in gemm.rows if row.us is not None and not row.name.endswith(W4A16_COMPARISON)]
+    timed = [row for row in gemm.rows if row.us is not None and not variant_of(row.name)]
     if not timed:
         return {}
     wanted = max(1, round(rank0.decode_tokens_per_step or 1))

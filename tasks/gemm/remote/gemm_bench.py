@@ -245,6 +245,7 @@ def main():
         "--threads", type=int, default=0, help="CPU threads, as one server rank has them (0: torch's default)"
     )
     args = parser.parse_args()
+    default_threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
     with open(args.shapes) as handle:
@@ -254,6 +255,8 @@ def main():
     ceiling = copy_ceiling_gbps(device, args.repeats)
 
     def bench(shape):
+        # a row timed as a rank at another TP would run it (lower_tp's rows): that rank's cores
+        torch.set_num_threads(shape.get("threads") or args.threads or default_threads)
         with torch.no_grad():
             if shape.get("experts"):
                 return fused_moe_bench.bench_fused_moe(
@@ -264,7 +267,15 @@ def main():
             )
 
     def key_of(shape):
-        return (shape["m"], shape["k"], shape["n"], shape["dtype"], shape.get("experts"), shape.get("top_k"))
+        return (
+            shape["m"],
+            shape["k"],
+            shape["n"],
+            shape["dtype"],
+            shape.get("experts"),
+            shape.get("top_k"),
+            shape.get("threads"),
+        )
 
     seen = {}
     report = Reporter() if Reporter is not None else None
@@ -296,6 +307,8 @@ def main():
     rows = []
     for shape in shapes:
         row = {**seen[key_of(shape)], "name": shape["name"]}
+        if shape.get("threads"):
+            row["threads"] = shape["threads"]
         if "gbps" in row:
             row["pct_of_copy_ceiling"] = row["gbps"] / ceiling * 100
         rows.append(row)
@@ -303,7 +316,7 @@ def main():
         "device": device,
         "torch": torch.__version__,
         "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "threads": torch.get_num_threads(),
+        "threads": args.threads or default_threads,
     }
     print(json.dumps({"info": info, "copy_ceiling_gbps": ceiling, "rows": rows}))
 
