@@ -102,3 +102,31 @@ def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed
     assumed = rule_figures(figures_without, rules.assumptions)
     assert assumed["half_tp_gemm_factor"] == rules.assumptions["half_tp_gemm_factor"]
     assert provenance("half_tp_gemm_factor", assumed, rules.assumptions).startswith("assumed")
+
+
+def test_verifying_drafted_tokens_on_a_moe_model_costs_the_experts_the_wider_step_touches() -> None:
+    """The Qwen3-MoE shape with the H200 micro's experts_fused times (30.9 µs at M=1, 78.2 at M=4)
+    and dense rows that do not grow with M: verifying 3 drafted tokens (M=4) adds 48 layers x
+    47.3 µs of routed-expert time, which the dense-only figure left out."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.gpu_model_shapes import shape
+    from tasks.decisions.estimates import verify_extra_ms
+    from tasks.gemm.results import GemmResult
+    from tasks.model.shapes import model_shapes
+
+    shapes = model_shapes(shape("qwen3moe_bf16", {}), 1)
+    experts_us = {1: 30.9, 4: 78.2}
+    rows = [
+        {**row, "device": "cuda", "rotated_copies": 1, "us": experts_us[row["m"]] if row.get("experts") else 10.0}
+        for row in shapes.gemm_rows([1, 4])
+    ]
+    info = {"device": "cuda", "torch": "2.11", "device_name": "H200", "threads": 1}
+    gemm = GemmResult(info=info, copy_ceiling_gbps=4000.0, rows=rows, artifact="gemm.json")
+    assert shapes.num_layers == 48
+    assert verify_extra_ms(shapes, gemm, 1.0, 3) == pytest.approx(48 * (78.2 - 30.9) / 1000)
+    dense_only = model_shapes(shape("llama8b_bf16", {}), 1)
+    dense_rows = [{**row, "device": "cuda", "rotated_copies": 1, "us": 10.0} for row in dense_only.gemm_rows([1, 4])]
+    flat = GemmResult(info=info, copy_ceiling_gbps=4000.0, rows=dense_rows, artifact="gemm.json")
+    assert verify_extra_ms(dense_only, flat, 1.0, 3) == pytest.approx(0.0)

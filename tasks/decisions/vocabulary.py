@@ -52,7 +52,10 @@ FIGURES: dict[str, tuple[str, str]] = {
         " at the step's tokens",
         GEMM,
     ),
-    "spec_verify_extra_ms": ("dense GEMMs at M x (spec_tokens + 1) minus at M", GEMM),
+    "spec_verify_extra_ms": (
+        "a step's GEMMs (dense, and routed experts on a MoE model) at M x (spec_tokens + 1) minus at M",
+        GEMM,
+    ),
     "weight_floor_ms": ("weight bytes a step / the measured copy bandwidth", GEMM),
     "moe_layers": ("MoE layers of the model", MODEL),
     "layers": ("layers of the model", MODEL),
