@@ -158,6 +158,7 @@ def pace_server():
         die_after: int = 0,
         slow_requests: str = "",
         capacity: int = 0,
+        prefix_hits: int = 0,
     ) -> int:
         port = free_port()
         process = subprocess.Popen(
@@ -175,7 +176,12 @@ def pace_server():
             stdout=subprocess.PIPE,
             text=True,
             start_new_session=new_session,
-            env={**os.environ, "PACE_SLOW": slow_requests, "PACE_CAPACITY": str(capacity or "")},
+            env={
+                **os.environ,
+                "PACE_SLOW": slow_requests,
+                "PACE_CAPACITY": str(capacity or ""),
+                "PACE_PREFIX_HITS": str(prefix_hits or ""),
+            },
         )
         assert process.stdout.readline().strip() == "ready"
         servers.append(process)

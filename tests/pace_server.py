@@ -6,7 +6,9 @@ really happened on the wire. Standard library only. Run as a process:
     python pace_server.py PORT TTFT_MS PACE_MS [FAIL_EVERY] [STALL_MS] [TAIL_MS] [DIE_AFTER]
 GET /stats returns the per-request records (with the path and prompt each came with;
 /v1/chat/completions streams chat deltas); GET /history each generation request's whole prompt or
-messages; with `return_token_ids` a completion's chunks carry token ids (output i is 1000 + i); GET /health and /v1/models answer as vLLM's do (the
+messages; with `return_token_ids` a completion's chunks carry token ids (output i is 1000 + i);
+with $PACE_PREFIX_HITS=n, GET /metrics has vLLM's prefix-cache counters, starting at 100000 queries
+and 90000 hits, each token-id completion adding its prompt's length and n; GET /health and /v1/models answer as vLLM's do (the
 model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
 stops delivering); TAIL_MS waits between the last token and the usage chunk and `[DONE]`;
@@ -28,6 +30,7 @@ import time
 RECORDS: list[dict] = []
 HISTORY: list[dict] = []  # each generation request's whole prompt or messages, in arrival order
 COUNTER = {"n": 0}
+PREFIX = {"queries": 100000.0, "hits": 90000.0}
 DIE_AFTER = {"n": 0}
 CAPACITY: dict = {}
 
@@ -56,6 +59,22 @@ async def handle(
                 payload = json.dumps(RECORDS if path == "/stats" else HISTORY).encode()
                 writer.write(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                    + str(len(payload)).encode()
+                    + b"\r\n\r\n"
+                    + payload
+                )
+                await writer.drain()
+                continue
+            if path == "/metrics" and os.environ.get("PACE_PREFIX_HITS"):
+                # vLLM's prefix-cache counters: they start high (an earlier run's), each completion adds
+                # its prompt length to the queries and $PACE_PREFIX_HITS to the hits
+                payload = (
+                    f"# TYPE vllm:prefix_cache_queries counter\n"
+                    f'vllm:prefix_cache_queries_total{{engine="0",model_name="pace"}} {PREFIX["queries"]}\n'
+                    f'vllm:prefix_cache_hits_total{{engine="0",model_name="pace"}} {PREFIX["hits"]}\n'
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
                     + str(len(payload)).encode()
                     + b"\r\n\r\n"
                     + payload
@@ -95,6 +114,9 @@ async def handle(
             tokens = request["max_tokens"]
             prompt = request["messages"][-1]["content"] if "messages" in request else request["prompt"]
             HISTORY.append({"messages": request.get("messages"), "prompt": request.get("prompt")})
+            if isinstance(request.get("prompt"), list) and os.environ.get("PACE_PREFIX_HITS"):
+                PREFIX["queries"] += len(request["prompt"])
+                PREFIX["hits"] += float(os.environ["PACE_PREFIX_HITS"])
             slow = any(
                 int(a) <= COUNTER["n"] <= int(b)
                 for a, _, b in (

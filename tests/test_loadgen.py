@@ -258,3 +258,14 @@ def test_a_shared_system_prompt_then_each_requests_own_tokens() -> None:
     assert first[40:45] != second[40:45]  # then each request's unique id
     args.shared_prefix = 0
     assert prompts.prompt_source(args, random.Random(1))()[0][:5] != first[:5]  # no system prompt: the id first
+
+
+def test_the_prefix_cache_hit_rate_is_the_counters_difference_over_the_run(pace_server) -> None:
+    """vLLM's prefix-cache counters are cumulative: the fake's start at 90000 hits of 100000
+    queries (an earlier run's 90%); each of this run's 6 requests of 64 prompt tokens adds 16 hits.
+    The run's rate is 16 / 64 = 25%, not the cumulative 89.7%."""
+    port = pace_server(ttft_ms=2, pace_ms=1, prefix_hits=16)
+    run = run_loadgen(port, 2, 6, 4, "--input-tokens", "64")
+    delta = run["server_metrics_delta"]
+    assert delta["vllm:prefix_cache_queries_total"] == 6 * 64 and delta["vllm:prefix_cache_hits_total"] == 6 * 16
+    assert summarize(run)["prefix_cache_hit_pct"] == pytest.approx(25.0)
