@@ -45,3 +45,56 @@ def test_the_summary_is_per_option_with_repeats_and_provenance() -> None:
     assert any(line.startswith("median |calibrated") and "not a prediction" in line for line in lines)
     [repeated] = [line for line in lines if line.startswith("repeated:")]
     assert "int4_weights" in repeated and "-0.500 to -0.400 ms" in repeated and "spread 22%" in repeated
+
+
+def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -> None:
+    """The stored default campaign judges lower_tp with half_tp_gemm_factor assumed (its GEMM micro
+    predates the TP/2 rows). A ledger record of an earlier campaign on the same hardware, shape and
+    vLLM that measured the factor puts its value in the assumption's place, named; records of
+    another vLLM, of this same campaign, or written after this campaign started do not count."""
+    from test_findings import FIXTURE, assemble
+
+    from orchestrator.statefile import load_state
+    from tasks.decisions.earlier import identity
+    from tasks.decisions.ledger import Ledger
+    from tasks.view import Findings
+
+    state = load_state(FIXTURE)
+    mine = identity(Findings(None, state, tmp_path))  # type: ignore[arg-type]
+    started = min(t.started_at for t in state.todos if t.started_at)
+
+    def measured(campaign: str, factor: float, vllm: str | None, when: str) -> LedgerRecord:
+        base = record(campaign, "lower_tp", 0.5, 0.1, 0.0, 0.2)
+        return base.model_copy(
+            update={
+                "id": f"{campaign}/lower_tp/{when}",
+                "model": mine.model,
+                "hardware": mine.hardware,
+                "vllm": vllm,
+                "measured_inputs": {"half_tp_gemm_factor": factor, "comm_ms": 0.8},
+                "recorded_at": when,
+            }
+        )
+
+    before = "2020-01-01T00:00:00+00:00"
+    after = started.replace(year=started.year + 1).isoformat()
+    ledger = Ledger(
+        records=[
+            measured("earlier", 1.25, mine.vllm, before),
+            measured("other-vllm", 9.0, "0.0.1", before),
+            measured(state.campaign, 7.0, mine.vllm, before),
+            measured("later", 5.0, mine.vllm, after),
+        ]
+    )
+    without = assemble(tmp_path / "a")
+    (tmp_path / "b" / "reports").mkdir(parents=True)
+    (tmp_path / "b" / "reports" / "ledger.json").write_text(ledger.model_dump_json())
+    text = assemble(tmp_path / "b")
+    row = next(line for line in text.splitlines() if line.startswith("| - | Halve tensor parallelism"))
+    assert "half_tp_gemm_factor = 1.25 (earlier record: earlier/lower_tp/2020-01-01" in row, row
+    assert "in place of the assumed 2" in row
+    assert "half_tp_gemm_factor = 2 (assumed)" in next(
+        line for line in without.splitlines() if line.startswith("| - | Halve tensor parallelism")
+    )
+    assert "measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead" in text
+    assert "half_tp_gemm_factor = 2 (assumed): " not in text  # no sensitivity to a measured input

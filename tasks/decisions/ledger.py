@@ -46,6 +46,11 @@ class LedgerRecord(BaseModel):
         default_factory=dict,
         description="each input of the prediction and where it came from: measured (by which todo) or assumed",
     )
+    measured_inputs: dict[str, float | None] = Field(
+        default_factory=dict,
+        description="the inputs the experiment measured (its `measured` expressions over the variant's"
+        " figures): a later campaign on the same hardware, shape and vLLM uses them for its assumptions",
+    )
     recorded_at: str
 
     @property

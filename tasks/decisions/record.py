@@ -53,6 +53,11 @@ class DecisionRecord(Result):
     min_gain_pct: float
     rules: str
     assumptions: dict[str, float]
+    earlier: dict[str, str] = Field(
+        default_factory=dict,
+        description="assumptions an earlier campaign's experiment measured (same hardware, shape, vLLM): name ->"
+        " its ledger record; their values are in `assumptions`",
+    )
     figures: dict[str, float | None] = Field(description="every figure the rules could read, as measured")
     options: list[OptionPrediction]
 
@@ -76,6 +81,7 @@ def make_record(findings: Findings, log: Any = None) -> DecisionRecord:
         min_gain_pct=rules.min_gain_pct,
         rules=str(rules.path),
         assumptions=rules.assumptions,
+        earlier=rules.earlier,
         figures={k: _number(v) for k, v in values.items()},
         options=[
             OptionPrediction(

@@ -12,7 +12,7 @@ still show what that is.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,8 @@ class Rules:
     assumptions: dict[str, float]
     min_gain_pct: float
     path: Path
+    earlier: dict[str, str] = field(default_factory=dict)
+    """Assumptions an earlier campaign measured (tasks/decisions/earlier.py): name -> its record."""
 
     @property
     def specs(self) -> dict[str, OptionSpec]:
@@ -174,5 +176,13 @@ def session_rules(session: Any) -> Rules:
 
 
 def campaign_rules(findings: Any) -> Rules:
-    """The campaign's decision rules (findings: tasks.view.Findings)."""
-    return session_rules(findings.session)
+    """The campaign's decision rules (findings: tasks.view.Findings), with the assumptions earlier
+    campaigns on the same hardware, shape and vLLM measured in their place (once a view)."""
+    from tasks.decisions.earlier import with_earlier  # the ledger and the units' results: not at rules load
+
+    cache = getattr(findings, "cache", None)
+    if cache is None:
+        return with_earlier(session_rules(findings.session), findings)
+    if "rules" not in cache:
+        cache["rules"] = with_earlier(session_rules(findings.session), findings)
+    return cache["rules"]

@@ -94,13 +94,20 @@ assumption's place, and the findings say so; the assumption is used only where i
 FUNCTIONS = frozenset({"min", "max", "abs"})
 
 
-def provenance(name: str, figures: dict[str, float | None], assumptions: dict[str, float]) -> str:
-    """Where a formula input came from: measured (by which todo), or assumed (the rules file)."""
+def provenance(
+    name: str, figures: dict[str, float | None], assumptions: dict[str, float], earlier: dict[str, str] | None = None
+) -> str:
+    """Where a formula input came from: measured by this campaign (by which todo), by an earlier
+    campaign (its ledger record), or assumed (the rules file)."""
     measured_by = MEASURED_IN_PLACE.get(name)
     if measured_by is not None and figures.get(measured_by) is not None:
         assumed = assumptions.get(name)
-        instead = f"the assumed {assumed:g}" if assumed is not None else "the assumption"
+        instead = (
+            f"the assumed {assumed:g}" if assumed is not None and name not in (earlier or {}) else "the assumption"
+        )
         return f"measured: {FIGURES[measured_by][1]}, in place of {instead}"
+    if earlier and name in earlier:
+        return f"earlier record: {earlier[name]} (same hardware, shape and vLLM)"
     if name in assumptions:
         return "assumed"
     if name in DERIVED_FROM_ASSUMPTIONS:

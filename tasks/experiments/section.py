@@ -117,7 +117,7 @@ def experiments_section(findings: Findings) -> str:
         if v.experiment.option == "speculative_decoding" and spec is not None:
             drafts = v.variant_figures.get("x_spec_drafts")
             per_step = v.variant_figures.get("x_spec_tokens_per_step")
-            how = provenance("spec_expected_tokens", record.figures, record.assumptions)
+            how = provenance("spec_expected_tokens", record.figures, record.assumptions, record.earlier)
             line += (
                 f". vLLM's counters: {fmt_figure(per_step)} tokens a decode step (mean acceptance length"
                 f" {spec:.2f} over {fmt_figure(drafts)} drafts)"
@@ -226,8 +226,9 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                 realised_high_ms=v.realised.high_ms,
                 calibrated_ms=v.calibrated_ms,
                 still_assumed=v.still_assumed,
+                measured_inputs={k: val for k, val in v.measured_inputs.items() if val is not None},
                 provenance={
-                    name: provenance(name, record.figures, record.assumptions)
+                    name: provenance(name, record.figures, record.assumptions, record.earlier)
                     for name in (
                         record.option(v.experiment.option).inputs if record.option(v.experiment.option) else {}
                     )

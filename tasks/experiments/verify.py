@@ -195,7 +195,7 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
         name
         for name in option.inputs
         if name not in measured
-        and provenance(name, record.figures, record.assumptions).startswith("assumed")
+        and provenance(name, record.figures, record.assumptions, record.earlier).startswith("assumed")
         and matters(option.formula, figures, name)
     )
     missing = [

@@ -30,7 +30,7 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     lines = []
     measured = rule_figures(figures, rules.assumptions)
     for name, value in rules.assumptions.items():
-        if provenance(name, measured, rules.assumptions) != "assumed":
+        if provenance(name, measured, rules.assumptions, rules.earlier) != "assumed":
             continue  # measured here: no sensitivity to an assumption the formula does not use
         if name not in option.inputs and not set(ASSUMPTION_USERS.get(name, ())) & set(option.inputs):
             continue
@@ -56,13 +56,18 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
             "n/a" if o.gain_pct is None else f"{o.gain_pct:+.1f}",
             f"`{o.gain_formula}` with "
             + ", ".join(
-                f"{k} = {fmt_figure(v)} ({provenance(k, values, rules.assumptions)})" for k, v in o.inputs.items()
+                f"{k} = {fmt_figure(v)} ({provenance(k, values, rules.assumptions, rules.earlier)})"
+                for k, v in o.inputs.items()
             ),
             f"**{o.decision}**: {o.reason}",
         ]
         for o in record
     ]
-    assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items())
+    assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items() if k not in rules.earlier)
+    if rules.earlier:
+        assumed += "; measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead: " + (
+            ", ".join(f"{k} = {fmt_figure(rules.assumptions[k])} ({where})" for k, where in rules.earlier.items())
+        )
     tpot = values.get("tpot_ms")
     return (
         "## Decision record\n\n"

@@ -1,0 +1,88 @@
+"""Assumptions an earlier campaign measured: where the ledger holds an experiment that measured
+one (its `measured` expression over the variant's figures) on the same hardware, model shape and
+vLLM version, that measurement stands in for the rules file's value, named as such.
+
+The order of what a formula input is: this campaign's own measurement (vocabulary.MEASURED_IN_PLACE),
+else an earlier campaign's (here), else the stated assumption. Only records of other campaigns
+recorded before this campaign started count, so regenerating a findings document later (after
+more campaigns wrote to the ledger) gives the same record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from datetime import UTC, datetime
+from typing import Any
+
+from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, load_ledger
+from tasks.host.results import HOST_FACTS
+from tasks.model.results import MODEL_FACTS
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """What makes two campaigns' measurements of an assumption the same quantity."""
+
+    model: str
+    hardware: str
+    vllm: str | None
+
+
+def identity(findings: Any) -> Identity:
+    """This campaign's model shape, hardware and vLLM version, as its ledger records write them."""
+    host = findings.result(HOST_FACTS)
+    model = findings.result(MODEL_FACTS)
+    shapes = model.shapes if model else None
+    shape = (
+        f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
+        if model and shapes
+        else (model.model_type if model else "unknown")
+    )
+    return Identity(shape, (host.hardware if host else "unknown").strip()[:80], host.vllm if host else None)
+
+
+def _moment(when: datetime | str) -> datetime:
+    moment = datetime.fromisoformat(when) if isinstance(when, str) else when
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def earlier_values(
+    records: list[LedgerRecord], names: set[str], mine: Identity, campaign: str, before: datetime | None
+) -> dict[str, tuple[float, list[str]]]:
+    """Each of ``names`` some matching record measured: the median of their values and the records."""
+    found: dict[str, list[tuple[float, str]]] = {}
+    for record in records:
+        if (record.model, record.hardware, record.vllm) != (mine.model, mine.hardware, mine.vllm):
+            continue
+        if record.campaign == campaign or (before is not None and _moment(record.recorded_at) >= _moment(before)):
+            continue
+        for name, value in record.measured_inputs.items():
+            if name in names and value is not None:
+                found.setdefault(name, []).append((value, record.id))
+    return {name: (statistics.median(v for v, _ in pairs), [i for _, i in pairs]) for name, pairs in found.items()}
+
+
+def with_earlier(rules: Any, findings: Any) -> Any:
+    """``rules`` (decisions.rules.Rules) with the assumptions earlier campaigns measured in place."""
+    session = findings.session
+    if session is None or findings.result(HOST_FACTS) is None:
+        return rules
+    path = session.reports_dir / LEDGER_NAME
+    records = load_ledger(path).records if path.exists() else []
+    if not records:
+        return rules
+    started = [todo.started_at for todo in findings.state.todos if todo.started_at]
+    before = min(started) if started else None
+    values = earlier_values(records, set(rules.assumptions), identity(findings), findings.state.campaign, before)
+    if not values:
+        return rules
+    return dataclasses.replace(
+        rules,
+        assumptions=rules.assumptions | {name: value for name, (value, _) in values.items()},
+        earlier={
+            name: (ids[0] if len(ids) == 1 else f"median of {len(ids)} records, first {ids[0]}")
+            + f", in place of the assumed {rules.assumptions[name]:g}"
+            for name, (_, ids) in values.items()
+        },
+    )
