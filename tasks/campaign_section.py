@@ -33,6 +33,13 @@ class CampaignSection(Section):
         " experiments = 'auto' does alone)",
     )
     max_experiments: int = Field(3, ge=0, le=50, description="experiments 'auto' adds at most")
+    auto_rank_concurrency: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="'auto' ranks the options it may run by their predicted gain at this concurrency (one the"
+        " campaign serves: 1 or a sweep level); the capture's level by default",
+    )
 
     @field_validator("phases")
     @classmethod

@@ -229,7 +229,7 @@ def test_ledger_command_prints_the_median_error(tmp_path: Path) -> None:
 
 
 def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -> None:
-    from tasks.decisions.record import DecisionRecord, OptionPrediction
+    from tasks.decisions.record import DecisionRecord, LevelPrediction, OptionPrediction
     from tasks.experiments.config import Change, Experiment
     from tasks.experiments.plan import chosen_by_record
 
@@ -268,6 +268,13 @@ def test_auto_runs_what_the_record_calls_for_and_what_noise_or_precision_hid() -
     }
     assert [e.name for e in chosen_by_record(record, candidates, 10)] == ["big", "small", "hidden", "trade"]
     assert [e.name for e in chosen_by_record(record, candidates, 2)] == ["big", "small"]
+    # ranked at another level the record predicted (`auto_rank_concurrency`): the same options, by
+    # their gain there; one it could not predict there goes last
+    record.levels = [
+        LevelPrediction(concurrency=8, tpot_ms=20.0, gains_ms={"small": 10.0, "big": 1.0, "hidden": 2.0, "trade": None})
+    ]
+    assert [e.name for e in chosen_by_record(record, candidates, 10, at=8)] == ["small", "hidden", "big", "trade"]
+    assert [e.name for e in chosen_by_record(record, candidates, 10, at=4)] == ["big", "small", "hidden", "trade"]
 
 
 PACE_SERVER = Path(__file__).parent / "pace_server.py"
@@ -324,6 +331,11 @@ def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Pa
     assert [level["concurrency"] for level in sweep] == [1, 2]  # the base's levels, served again
     findings = (tmp_path / "reports" / "pace" / "findings.md").read_text()
     assert "| faster | --pace-ms 6 |" in findings
+    # every level both served, in the ledger and the findings: 4 ms at each
+    assert [level["concurrency"] for level in ledger[0]["levels"]] == [1, 2]
+    assert all(level["realised_ms"] == pytest.approx(4.0, abs=0.15) for level in ledger[0]["levels"])
+    assert "At every level both the campaign and the variant served" in findings
+    assert [level["concurrency"] for level in state["decision_record"].result["levels"]] == [1, 2]
 
 
 @pytest.mark.heavy

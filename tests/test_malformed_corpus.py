@@ -329,6 +329,20 @@ CASES = [
         "shared_prefix_tokens goes with random prompts",
     ),
     ("campaign.toml", "trace speed 0", {"campaign.toml": "[macro]\ntrace_speed = 0\n"}, ["init"], "macro.trace_speed"),
+    (
+        "campaign.toml",
+        "auto ranking at a level not served",
+        {"campaign.toml": "[campaign]\nauto_rank_concurrency = 3\n"},
+        ["init"],
+        "field 'campaign.auto_rank_concurrency': 3 is not a level this campaign serves (1, 2, 4, 8)",
+    ),
+    (
+        "campaign.toml",
+        "conversation history over max_model_len",
+        {"campaign.toml": "[macro]\nconversations = 1\nconversation_turns = 20\n"},
+        ["init"],
+        "field 'macro.conversation_turns'",
+    ),
     # -- the kernel rules (analyze --rules) --
     ("rules.toml", "not TOML", {"k.toml": "[[rule]\n"}, ["analyze", "--rules", "k.toml", "t.json"], "not valid TOML"),
     (

@@ -45,8 +45,8 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
         out[f"{short}_share_pct"] = figures.share(category)
         out[f"{short}_ms"] = category_ms(figures, category)
     out.update(_collective_figures(figures))
-    out.update(_allreduce_figures(figures))
-    out.update(_gemm_figures(figures, assumptions))
+    out.update(allreduce_figures(figures))
+    out.update(gemm_figures(figures, assumptions))
     out["moe_layers"] = moe_layers(shapes) if shapes else None
     out["layers"] = float(shapes.num_layers) if shapes else None
     out["kv_read_ms"] = kv_read_ms(figures)
@@ -84,7 +84,7 @@ def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float])
     return memo[(min_n, max_n, k)]
 
 
-def moe_w4a16_ratio(figures: KeyFigures) -> float | None:
+def moe_w4a16_ratio(figures: KeyFigures, at_tokens: float | None = None) -> float | None:
     """One MoE layer's routed experts as W4A16 / bf16, from the GEMM micro's `experts_fused` rows
     (vLLM's fused_marlin_moe against its Triton fused_moe, routing drawn at random), at the timed
     batch nearest the captured step's tokens; None where the micro did not time both formats."""
@@ -97,7 +97,8 @@ def moe_w4a16_ratio(figures: KeyFigures) -> float | None:
     both = {m: v["w4a16"] / v["bf16"] for m, v in by_m.items() if "w4a16" in v and "bf16" in v}
     if not both:
         return None
-    tokens = (figures.rank0.decode_tokens_per_step if figures.rank0 else None) or figures.capture_concurrency
+    tokens = at_tokens or (figures.rank0.decode_tokens_per_step if figures.rank0 else None)
+    tokens = tokens or figures.capture_concurrency
     return both[min(both, key=lambda m: (abs(m - tokens), m))]
 
 
@@ -148,14 +149,18 @@ def _collective_figures(figures: KeyFigures) -> dict[str, float | None]:
     }
 
 
-def _allreduce_figures(figures: KeyFigures) -> dict[str, float | None]:
-    """The all-reduce micro at the captured step's message size: the implementation the server
-    uses, and the fastest measured alternative (NCCL variants, vLLM's custom/shared-memory one)."""
+def allreduce_figures(figures: KeyFigures, at_tokens: float | None = None) -> dict[str, float | None]:
+    """The all-reduce micro at the captured step's message size (or ``at_tokens``'): the
+    implementation the server uses, and the fastest measured alternative (NCCL variants, vLLM's
+    custom/shared-memory one)."""
     allreduce = figures.allreduce
     none = {"ar_micro_us": None, "ar_best_us": None, "ar_alternatives": None, "a2a_estimate_us": None}
     if allreduce is None or not allreduce.predictions:
         return none
-    tokens = max(1, round(figures.rank0.decode_tokens_per_step)) if figures.rank0 else 1
+    if at_tokens is not None:
+        tokens = max(1, round(at_tokens))
+    else:
+        tokens = max(1, round(figures.rank0.decode_tokens_per_step)) if figures.rank0 else 1
     prediction = min(allreduce.predictions, key=lambda p: (abs(p.decode_tokens - tokens), p.decode_tokens))
     alternatives = latency_by_implementation(allreduce, prediction.bytes)
     shapes = figures.model.shapes if figures.model else None
@@ -209,7 +214,10 @@ def latency_at(allreduce: AllreduceResult, size: int) -> float | None:
     return next((r.latency_us for r in ordered if r.bytes >= size), ordered[-1].latency_us)
 
 
-def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str, float | None]:
+def gemm_figures(
+    figures: KeyFigures, assumptions: dict[str, float], tokens: float | None = None
+) -> dict[str, float | None]:
+    """The GEMM micro's figures at the captured step's tokens (or ``tokens``)."""
     shapes = figures.model.shapes if figures.model else None
     gemm: GemmResult | None = figures.gemm
     none = {
@@ -220,7 +228,8 @@ def _gemm_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[st
     }
     if not (shapes and gemm):
         return none
-    tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
+    if tokens is None:
+        tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
     now = predict_gemm(shapes, gemm, tokens or 1, experts=False)
     as_int4 = predict_gemm_as_w4a16(shapes, gemm, tokens or 1)
     # vLLM keeps the lm_head in bf16 unless the checkpoint quantizes it: it saves nothing.

@@ -24,6 +24,24 @@ from orchestrator.errors import InputError
 LEDGER_NAME = "ledger.json"
 
 
+class LevelOutcome(BaseModel):
+    """One concurrency of a verified option: predicted before the experiment, realised by it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    predicted_ms: float | None
+    realised_ms: float | None
+    realised_low_ms: float | None
+    realised_high_ms: float | None
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_ms is None or not self.realised_ms:
+            return None
+        return abs(self.predicted_ms - self.realised_ms) / abs(self.realised_ms)
+
+
 class LedgerRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +68,9 @@ class LedgerRecord(BaseModel):
         default_factory=dict,
         description="the inputs the experiment measured (its `measured` expressions over the variant's"
         " figures): a later campaign on the same hardware, shape and vLLM uses them for its assumptions",
+    )
+    levels: list[LevelOutcome] = Field(
+        default_factory=list, description="every level both served: the prediction and the realised change"
     )
     recorded_at: str
 
@@ -218,10 +239,22 @@ def summary_lines(records: list[LedgerRecord]) -> list[str]:
             and not ((r.realised_low_ms or 0) <= 0 <= (r.realised_high_ms or 0))
         )
         rested = sorted({f"{name} {how.split(':')[0]}" for r in mine for name, how in r.provenance.items()})
+        others = [
+            level.error
+            for r in mine
+            for level in r.levels
+            if level.concurrency != r.concurrency and level.error is not None
+        ]
         lines.append(
             f"- {option}: {len(mine)} record(s), median error "
             + ("n/a" if own is None else f"{own * 100:.1f}%")
             + f", wrong sign outside the noise {wrong}"
+            + (
+                f"; at the other levels served: median error {statistics.median(others) * 100:.1f}% over"
+                f" {len(others)} level(s)"
+                if others
+                else ""
+            )
             + (f"; inputs: {', '.join(rested)}" if rested else "")
         )
     calibrated = median_error(records, calibrated=True)

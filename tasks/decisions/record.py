@@ -10,8 +10,9 @@ from pydantic import Field, model_validator
 
 from tasks.decisions.decide import Decision, ShortOf, decide
 from tasks.decisions.estimates import rule_figures
-from tasks.decisions.figures import key_figures
-from tasks.decisions.rules import campaign_rules
+from tasks.decisions.figures import KeyFigures, key_figures
+from tasks.decisions.levels import level_figures
+from tasks.decisions.rules import Rules, campaign_rules
 from tasks.models import Result
 from tasks.view import Findings
 
@@ -46,6 +47,21 @@ class OptionPrediction(Result):
         return data
 
 
+class LevelPrediction(Result):
+    """Every option's predicted ΔTPOT at one concurrency the campaign served (tasks/decisions/levels.py)."""
+
+    concurrency: int
+    tpot_ms: float | None
+    gains_ms: dict[str, float | None] = Field(description="option id -> predicted ΔTPOT ms (None: not known here)")
+    scaled: list[str] = Field(
+        default_factory=list, description="traced figures carried from the capture's level by the micros' ratio"
+    )
+
+    def gain_pct(self, option: str) -> float | None:
+        gain = self.gains_ms.get(option)
+        return gain / self.tpot_ms * 100 if gain is not None and self.tpot_ms else None
+
+
 class DecisionRecord(Result):
     tpot_ms: float | None = Field(description="TPOT the predictions are against (the capture's level)")
     concurrency: int = Field(description="the level the predictions are made at (the capture's concurrency)")
@@ -60,9 +76,15 @@ class DecisionRecord(Result):
     )
     figures: dict[str, float | None] = Field(description="every figure the rules could read, as measured")
     options: list[OptionPrediction]
+    levels: list[LevelPrediction] = Field(
+        default_factory=list, description="the predictions at every concurrency served (the capture's among them)"
+    )
 
     def option(self, option_id: str) -> OptionPrediction | None:
         return next((o for o in self.options if o.id == option_id), None)
+
+    def level(self, concurrency: int) -> LevelPrediction | None:
+        return next((level for level in self.levels if level.concurrency == concurrency), None)
 
 
 def make_record(findings: Findings, log: Any = None) -> DecisionRecord:
@@ -99,7 +121,24 @@ def make_record(findings: Findings, log: Any = None) -> DecisionRecord:
             )
             for o in record
         ],
+        levels=predictions_by_level(figures, rules),
     )
+
+
+def predictions_by_level(figures: KeyFigures, rules: Rules) -> list[LevelPrediction]:
+    """Each option's predicted ΔTPOT at every concurrency with a measured TPOT."""
+    levels = []
+    for concurrency in sorted(figures.tpot_by_concurrency):
+        values, scaled = level_figures(figures, rules.assumptions, concurrency)
+        levels.append(
+            LevelPrediction(
+                concurrency=concurrency,
+                tpot_ms=values.get("tpot_ms"),
+                gains_ms={o.id: _number(o.gain_ms) for o in decide(values, rules)},
+                scaled=scaled,
+            )
+        )
+    return levels
 
 
 def _number(value: object) -> float | None:

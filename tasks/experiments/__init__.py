@@ -76,7 +76,10 @@ def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> li
     picked = []
     if todo is not None and todo.status == Status.completed and todo.result:
         picked = chosen_by_record(
-            DecisionRecord.model_validate(todo.result), candidates, session.config.campaign.max_experiments
+            DecisionRecord.model_validate(todo.result),
+            candidates,
+            session.config.campaign.max_experiments,
+            session.config.campaign.auto_rank_concurrency,
         )
     # An experiment already in the todo file stays, whatever a later record chose.
     picked += [e for e in candidates.values() if e not in picked and any(i.startswith(scope(e)) for i in todos)]

@@ -16,6 +16,7 @@ from tasks.decisions.rules import OptionSpec, session_rules
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.config import GRID_OPTION, Change, Experiment
 from tasks.experiments.grid import expand
+from tasks.macro.config import concurrency_levels
 from tasks.session import Session
 
 ELIGIBLE_NOTE = (
@@ -119,8 +120,12 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
     return explicit, candidates, not_applicable
 
 
-def chosen_by_record(record: Any, candidates: dict[str, Experiment], limit: int) -> list[Experiment]:
-    """The experiments `auto` runs for a decision record (see ELIGIBLE_NOTE), at most ``limit``."""
+def chosen_by_record(
+    record: Any, candidates: dict[str, Experiment], limit: int, at: int | None = None
+) -> list[Experiment]:
+    """The experiments `auto` runs for a decision record (see ELIGIBLE_NOTE), at most ``limit``;
+    ranked by the predicted gain at concurrency ``at`` where the record predicted that level
+    (options it could not predict there last), else at the capture's."""
     bar = max(record.min_gain_pct, record.noise_pct or 0.0)
     picked = []
     for option in record.options:
@@ -131,7 +136,11 @@ def chosen_by_record(record: Any, candidates: dict[str, Experiment], limit: int)
         if option.decision == Decision.PRIORITISED or noise_only or trade:
             picked.append(option)
     rank = {Decision.PRIORITISED: 0, Decision.NOT_PURSUED: 1}
-    picked.sort(key=lambda o: (rank.get(o.decision, 2), -abs(o.gain_pct or 0)))
+    level = record.level(at) if at is not None and hasattr(record, "level") else None
+    if level is not None:
+        picked.sort(key=lambda o: (level.gain_pct(o.id) is None, -abs(level.gain_pct(o.id) or 0)))
+    else:
+        picked.sort(key=lambda o: (rank.get(o.decision, 2), -abs(o.gain_pct or 0)))
     return [candidates[o.id] for o in picked[:limit]]
 
 
@@ -152,6 +161,13 @@ def check_campaign_inputs(session: Session) -> None:
             f"{where}: field 'campaign.baseline': {campaign.baseline} does not exist; name a todo file,"
             " a reports/<campaign> folder or its baseline.json"
         )
+    if campaign.auto_rank_concurrency is not None:
+        served = sorted({1, *concurrency_levels(session.config.macro.concurrency_max)})
+        if campaign.auto_rank_concurrency not in served:
+            raise InputError(
+                f"{where}: field 'campaign.auto_rank_concurrency': {campaign.auto_rank_concurrency} is not a level"
+                f" this campaign serves ({', '.join(map(str, served))}); name one of them"
+            )
 
 
 def experiments_run(findings: Any) -> list[Experiment]:

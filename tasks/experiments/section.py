@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from orchestrator.report import md_table
 from orchestrator.schema import Status
 from tasks.decisions.formula import fmt_figure, fmt_ms
-from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, new_records
+from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_records
 from tasks.decisions.rules import campaign_rules
 from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import chain_ids
+from tasks.experiments.levels_section import levels_table
 from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.sweep_section import sweep_section
@@ -101,6 +102,7 @@ def experiments_section(findings: Findings) -> str:
             ],
             rows,
         )
+    text += levels_table(found, record)
     text += "\nCalibration, per formula:\n\n"
     for v in found:
         measured = (
@@ -227,6 +229,16 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                 calibrated_ms=v.calibrated_ms,
                 still_assumed=v.still_assumed,
                 measured_inputs={k: val for k, val in v.measured_inputs.items() if val is not None},
+                levels=[
+                    LevelOutcome(
+                        concurrency=check.concurrency,
+                        predicted_ms=check.predicted_ms,
+                        realised_ms=check.realised.delta_ms,
+                        realised_low_ms=check.realised.low_ms,
+                        realised_high_ms=check.realised.high_ms,
+                    )
+                    for check in v.levels
+                ],
                 provenance={
                     name: provenance(name, record.figures, record.assumptions, record.earlier)
                     for name in (

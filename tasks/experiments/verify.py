@@ -35,6 +35,17 @@ class Realised:
 
 
 @dataclass
+class LevelCheck:
+    """The prediction and the realised change at one concurrency both campaigns served."""
+
+    concurrency: int
+    predicted_ms: float | None
+    realised: Realised
+    verdict: str
+    ratio: float | None
+
+
+@dataclass
 class Verification:
     experiment: Experiment
     predicted_ms: float | None
@@ -54,6 +65,8 @@ class Verification:
     failure: str | None = None
     """The chain's failed todo and its error, where one failed."""
     notes: list[str] = field(default_factory=list)
+    levels: list[LevelCheck] = field(default_factory=list)
+    """Every level the record predicted and both the campaign and the variant served."""
 
     @property
     def calibrated_ratio(self) -> float | None:
@@ -72,6 +85,18 @@ def variant_findings(findings: Findings, experiment: Experiment) -> Findings:
         ref.id: ids.get(ref.id) for ref in SHADOWED if ref.id in ids or ref != MODEL_FACTS
     }
     return findings.seen_through(overrides)
+
+
+def level_checks(record: DecisionRecord, option: str, base: KeyFigures, variant: KeyFigures) -> list[LevelCheck]:
+    checks = []
+    for level in record.levels:
+        real = realised(level_at(base, level.concurrency), level_at(variant, level.concurrency))
+        if real.delta_ms is None:
+            continue  # the variant did not serve this level (`serving = "single"`)
+        predicted = level.gains_ms.get(option)
+        text, ratio = verdict(predicted, real)
+        checks.append(LevelCheck(level.concurrency, predicted, real, text, ratio))
+    return checks
 
 
 def level_at(figures: KeyFigures, concurrency: int) -> LevelSummary | None:
@@ -169,6 +194,7 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
         text,
         ratio,
     )
+    result.levels = level_checks(record, experiment.option, base_figures, variant)
     spec = rules.specs.get(experiment.option)  # type: ignore[attr-defined]
     if spec is None or option is None:
         return result

@@ -10,6 +10,7 @@ from orchestrator.atomic import write_atomic
 from orchestrator.campaign import TaskContext
 from orchestrator.errors import TaskFailed, tail_lines
 from tasks.host_json import run_json_script
+from tasks.macro.config import concurrency_levels
 from tasks.macro.metrics import summarize
 from tasks.macro.noise import agrees, merge_runs, outliers, repeat_run, spread
 from tasks.macro.results import LevelSummary, MacroRates, MacroSingle, MacroSweep, Noise, RepeatRun, RequestTokens
@@ -239,14 +240,6 @@ def kept_token_ids(artifact: str | None) -> list[RequestTokens] | None:
         if not r.get("error") and r.get("prompt_ids") and r.get("output_ids")
     ]
     return kept[:KEPT_REQUESTS] or None
-
-
-def concurrency_levels(maximum: int) -> list[int]:
-    levels, level = [], 1
-    while level < maximum:
-        levels.append(level)
-        level *= 2
-    return levels + [maximum]
 
 
 def sweep(session: Session):

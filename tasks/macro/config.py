@@ -187,3 +187,12 @@ class MacroSection(Section):
         if self.dataset == "sharegpt" and not self.dataset_path:
             raise ValueError("dataset = 'sharegpt' needs dataset_path: the ShareGPT-format JSON file on the host")
         return self
+
+
+def concurrency_levels(maximum: int) -> list[int]:
+    """The sweep's levels: powers of two below `concurrency_max`, then it."""
+    levels, level = [], 1
+    while level < maximum:
+        levels.append(level)
+        level *= 2
+    return levels + [maximum]

@@ -15,6 +15,7 @@ from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures
 from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import ledger_history
+from tasks.decisions.record import predictions_by_level
 from tasks.decisions.rules import Rules
 from tasks.decisions.vocabulary import provenance
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot, workload_metrics
@@ -86,6 +87,36 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
             for o in record
         )
         + "\n"
+        + levels_table(figures, rules, record)
+    )
+
+
+def levels_table(figures: KeyFigures, rules: Rules, record: list[Option]) -> str:
+    """Each option's predicted ΔTPOT at every concurrency served (tasks/decisions/levels.py)."""
+    levels = predictions_by_level(figures, rules)
+    if len(levels) < 2:
+        return ""
+    scaled = sorted({name for level in levels for name in level.scaled})
+    rows = [
+        [o.title]
+        + [
+            "n/a"
+            if (gain := level.gains_ms.get(o.id)) is None
+            else f"{gain:+.3f} ({level.gain_pct(o.id):+.1f}%)"
+            if level.gain_pct(o.id) is not None
+            else f"{gain:+.3f}"
+            for level in levels
+        ]
+        for o in record
+    ]
+    return (
+        "\nPredicted ΔTPOT ms (% of that level's TPOT) at every concurrency served: each level's own TPOT and the"
+        " micros at its own tokens a step; the traced figures a step's batch changes"
+        f" ({', '.join(scaled) or 'none'}) carried from c={figures.capture_concurrency} by the micros' ratio"
+        " between the two batches (attention and the KV read by the tokens a step); an option reading a traced"
+        " figure no micro carries (a rank's waiting, the step's wall) is n/a away from the capture's level."
+        " `[campaign] auto_rank_concurrency` ranks `auto`'s experiments at one of these levels.\n\n"
+        + md_table(["option", *(f"c={level.concurrency}" for level in levels)], rows)
     )
 
 
