@@ -35,6 +35,14 @@ DIE_AFTER = {"n": 0}
 CAPACITY: dict = {}
 
 
+async def answer(writer: asyncio.StreamWriter, payload: bytes, content_type: str) -> None:
+    """A plain 200 response with ``payload``."""
+    writer.write(
+        f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n".encode() + payload
+    )
+    await writer.drain()
+
+
 async def handle(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -57,13 +65,7 @@ async def handle(
             method, path, _ = request_line.decode().split(" ", 2)
             if path in ("/stats", "/history"):
                 payload = json.dumps(RECORDS if path == "/stats" else HISTORY).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                    + str(len(payload)).encode()
-                    + b"\r\n\r\n"
-                    + payload
-                )
-                await writer.drain()
+                await answer(writer, payload, "application/json")
                 continue
             if path == "/metrics" and os.environ.get("PACE_PREFIX_HITS"):
                 # vLLM's prefix-cache counters: they start high (an earlier run's), each completion adds
@@ -73,13 +75,7 @@ async def handle(
                     f'vllm:prefix_cache_queries_total{{engine="0",model_name="pace"}} {PREFIX["queries"]}\n'
                     f'vllm:prefix_cache_hits_total{{engine="0",model_name="pace"}} {PREFIX["hits"]}\n'
                 ).encode()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
-                    + str(len(payload)).encode()
-                    + b"\r\n\r\n"
-                    + payload
-                )
-                await writer.drain()
+                await answer(writer, payload, "text/plain")
                 continue
             if path in ("/health", "/v1/models"):
                 payload = (
@@ -87,13 +83,7 @@ async def handle(
                     if path == "/health"
                     else json.dumps({"object": "list", "data": [{"id": os.environ.get("PACE_MODEL", "pace")}]}).encode()
                 )
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-                    + str(len(payload)).encode()
-                    + b"\r\n\r\n"
-                    + payload
-                )
-                await writer.drain()
+                await answer(writer, payload, "application/json")
                 continue
             if path not in ("/v1/completions", "/v1/chat/completions"):
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from orchestrator.report import md_table
 from orchestrator.schema import Status
+from tasks.decisions.earlier import identity
 from tasks.decisions.formula import fmt_figure, fmt_ms
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_records
 from tasks.decisions.rules import campaign_rules
@@ -16,8 +17,6 @@ from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.sweep_section import sweep_section
 from tasks.experiments.verify import Verification, verify
-from tasks.host.results import HOST_FACTS
-from tasks.model.results import MODEL_FACTS
 from tasks.view import Findings, fmt
 
 
@@ -193,15 +192,7 @@ ELIGIBLE = (
 
 def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> int:
 
-    host = findings.result(HOST_FACTS)
-    model = findings.result(MODEL_FACTS)
-    shapes = model.shapes if model else None
-    shape = (
-        f"{model.model_type} {shapes.num_layers}x{shapes.hidden_size} {shapes.weight_dtype} TP{shapes.tensor_parallel}"
-        if model and shapes
-        else (model.model_type if model else "unknown")
-    )
-    hardware = host.hardware if host else "unknown"
+    mine = identity(findings)
     todos = findings.state.by_id()
     records = []
     for v in found:
@@ -218,9 +209,9 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                 experiment=v.experiment.name,
                 option=v.experiment.option,
                 change=v.experiment.change.describe(),
-                model=shape,
-                hardware=hardware.strip()[:80],
-                vllm=host.vllm if host else None,
+                model=mine.model,
+                hardware=mine.hardware,
+                vllm=mine.vllm,
                 concurrency=record.concurrency,
                 predicted_ms=v.predicted_ms,
                 realised_ms=v.realised.delta_ms,

@@ -99,6 +99,20 @@ def scrape_metrics(base_url):
     return totals
 
 
+async def metrics_delta(base_url, before, requests):
+    """The server's counters over a run: after minus ``before``. The server records a request's
+    histograms after its stream ends: wait (10 s at most) until it has counted every request of
+    this run, so the delta covers exactly this run. Returns the delta and the last scrape."""
+    counter = "vllm:e2e_request_latency_seconds_count"
+    expected = before.get(counter, 0.0) + requests
+    deadline = time.perf_counter() + 10
+    after = scrape_metrics(base_url)
+    while counter in after and after[counter] < expected and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+        after = scrape_metrics(base_url)
+    return {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}, after
+
+
 class Connection:
     def __init__(self, host, port):
         self.host, self.port = host, port
@@ -324,7 +338,6 @@ async def run(args):
         finished({**record, "due_s": due, "sent_s": sent})
 
     base = f"http://{host}:{port}"
-    counter = "vllm:e2e_request_latency_seconds_count"
     before = scrape_metrics(base)
     telemetry = Telemetry(args.telemetry_interval_s) if args.telemetry_interval_s > 0 else None
     if telemetry is not None:
@@ -340,15 +353,7 @@ async def run(args):
         await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
     power = telemetry.finish() if telemetry is not None else None
-    # The server records a request's histograms after its stream ends: wait until it has
-    # counted every request of this run, so the delta covers exactly this run.
-    expected = before.get(counter, 0.0) + len(records)
-    deadline = time.perf_counter() + 10
-    after = scrape_metrics(base)
-    while counter in after and after[counter] < expected and time.perf_counter() < deadline:
-        await asyncio.sleep(0.05)
-        after = scrape_metrics(base)
-    delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
+    delta, after = await metrics_delta(base, before, len(records))
     return {
         "concurrency": args.concurrency,
         "requests": records,

@@ -27,7 +27,7 @@ import json
 import random
 import time
 
-from loadgen import Connection, scrape_metrics, stream_request
+from loadgen import Connection, metrics_delta, scrape_metrics, stream_request
 from loadgen_prompts import WORDS, cut_text, load_tokenizer, unique_prefix
 from telemetry import Telemetry
 
@@ -163,14 +163,7 @@ async def run(args):
     await asyncio.gather(*(worker() for _ in range(args.concurrency)))
     duration = time.perf_counter() - started
     power = telemetry.finish() if telemetry is not None else None
-    counter = "vllm:e2e_request_latency_seconds_count"
-    expected = before.get(counter, 0.0) + len(records)
-    deadline = time.perf_counter() + 10
-    after = scrape_metrics(base)
-    while counter in after and after[counter] < expected and time.perf_counter() < deadline:
-        await asyncio.sleep(0.05)
-        after = scrape_metrics(base)
-    delta = {key: after[key] - before.get(key, 0.0) for key in after if isinstance(after.get(key), float)}
+    delta, after = await metrics_delta(base, before, len(records))
     return {
         "concurrency": args.concurrency,
         "requests": records,
