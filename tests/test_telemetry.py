@@ -116,3 +116,13 @@ def test_the_findings_of_a_host_without_telemetry_say_nothing_was_measured(tmp_p
     findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
     assert "**Energy**: nothing measured on this host (NVML:" in findings
     assert "output tokens a J" not in findings
+
+
+def test_check_says_what_the_telemetry_will_read(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(FAKE)}
+    found = run_cli(["--state", str(tmp_path / "todo.json"), "check"], tmp_path, timeout=120, env=env)
+    line = next(line for line in found.stdout.splitlines() if "macro.telemetry_interval_s" in line)
+    assert "NVML: 2 GPU(s) (Fake H200): power and energy sampled" in line
+    (tmp_path / "campaign.toml").write_text("[macro]\ntelemetry_interval_s = 0\n")
+    off = run_cli(["--state", str(tmp_path / "todo.json"), "check"], tmp_path, timeout=120, env=env)
+    assert "0: no power telemetry sampled" in off.stdout

@@ -102,6 +102,12 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
     return specs
 
 
+def _checks(session: Session) -> list:
+    from tasks.macro.checks import macro_checks
+
+    return macro_checks(session)
+
+
 def _section(findings) -> str:  # tasks.view.Findings
     from tasks.macro.section import macro_section
 
@@ -116,4 +122,5 @@ UNIT = PhaseUnit(
     config=MacroSection,
     requires=("service",),
     section=_section,
+    checks=_checks,
 )

@@ -250,8 +250,16 @@ class Telemetry:
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--interval-s", type=float, default=0.1)
+    parser.add_argument("--probe", action="store_true", help="say which source answers, and exit (orchestrate check)")
     args = parser.parse_args()
     source, why = open_source()
+    if args.probe:
+        print(
+            json.dumps(
+                {"source": source.name if source else None, "devices": source.devices() if source else [], "why": why}
+            )
+        )
+        return
     if source is None:
         print("ready", flush=True)
         sys.stdin.readline()
