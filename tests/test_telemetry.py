@@ -126,3 +126,24 @@ def test_check_says_what_the_telemetry_will_read(tmp_path: Path) -> None:
     (tmp_path / "campaign.toml").write_text("[macro]\ntelemetry_interval_s = 0\n")
     off = run_cli(["--state", str(tmp_path / "todo.json"), "check"], tmp_path, timeout=120, env=env)
     assert "0: no power telemetry sampled" in off.stdout
+
+
+@pytest.mark.parametrize(("first_uj", "range_uj"), [(1_000_000, 262_143_328_850), (262_141_328_850, 262_143_328_850)])
+def test_rapl_package_energy_from_its_counter_across_a_wrap(tmp_path: Path, first_uj: int, range_uj: int) -> None:
+    """A CPU host's RAPL package zone (a fake powercap folder: the files the kernel exposes): 5 J
+    used between start and stop, read from the counter, also when it wrapped to 0 on the way."""
+    telemetry = load(REMOTE / "telemetry.py", "host_telemetry_rapl")
+    zone = tmp_path / "intel-rapl:0"
+    (tmp_path / "intel-rapl:0:0").mkdir(parents=True)  # a sub-zone (core): not a package, left out
+    zone.mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "max_energy_range_uj").write_text(f"{range_uj}\n")
+    (zone / "energy_uj").write_text(f"{first_uj}\n")
+    source = telemetry.RaplSource(root=str(tmp_path))
+    assert source.devices() == ["package-0"]
+    sampler = telemetry.Sampler(source, interval_s=10.0)
+    sampler.start()
+    (zone / "energy_uj").write_text(f"{(first_uj + 5_000_000) % range_uj}\n")
+    document = sampler.stop()
+    summary = telemetry_of([document])
+    assert summary.source == "rapl" and summary.energy_j == pytest.approx(5.0)

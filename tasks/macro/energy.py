@@ -90,7 +90,7 @@ def _one(document: dict[str, Any]) -> Telemetry:
         samples=len(samples),
         power_w_mean=_mean(totals),
         power_w_peak=max(totals) if totals else None,
-        energy_j=sum(b - a for a, b in zip(start, stop, strict=True)) / 1000.0 if counted else None,
+        energy_j=_counted_mj(start, stop, document.get("energy_wrap_mj")) / 1000.0 if counted else None,
         energy_j_from_power=_mean(totals) * duration if totals else None,
         sm_mhz_mean=_mean(values("sm_mhz")),
         sm_mhz_min=min(values("sm_mhz"), default=None),
@@ -100,6 +100,15 @@ def _one(document: dict[str, Any]) -> Telemetry:
         mem_used_mib_max=max(values("mem_used_mib"), default=None),
         throttle_pct={name: count / len(samples) * 100 for name, count in active.items()} if samples else {},
     )
+
+
+def _counted_mj(start: list[float], stop: list[float], wrap: list[float] | None) -> float:
+    """The counters' difference, summed; a counter that wrapped (RAPL's, every few hours at most)
+    counts from its range."""
+    total = 0.0
+    for index, (a, b) in enumerate(zip(start, stop, strict=True)):
+        total += b - a if b >= a or not wrap else b + wrap[index] - a
+    return total
 
 
 def _weighted(parts: list[Telemetry], attribute: str) -> float | None:

@@ -125,6 +125,10 @@ class RaplSource:
     def energy_mj(self):
         return [c / 1000.0 for c in self._counters()]
 
+    def wrap_mj(self):
+        """Where each counter wraps to 0 (max_energy_range_uj), in mJ."""
+        return [r / 1000.0 for r in self.ranges]
+
     def sample(self):
         now, counters = time.perf_counter(), self._counters()
         then, before = self.last
@@ -216,6 +220,7 @@ class Sampler:
             "duration_s": stopped - self.started,
             "energy_mj_start": self.energy_start,
             "energy_mj_stop": energy_stop,
+            "energy_wrap_mj": self.source.wrap_mj() if hasattr(self.source, "wrap_mj") else None,
             "fields": ["power_w", "sm_mhz", "mem_mhz", "temp_c", "util_pct", "mem_used_mib", "reasons"],
             "samples": self.samples,
             "reason_names": {str(bit): name for bit, name in THROTTLE_REASONS.items()},
