@@ -102,7 +102,11 @@ class Session:
 
     @property
     def artifacts_dir(self) -> Path:
-        return (self.state_path.parent / "artifacts").absolute()
+        """This campaign's raw artifacts: `artifacts/` beside `todo.json`, `artifacts-<name>/` beside
+        any other todo file. Two campaigns whose todo files share a folder must not share these: a
+        capture reuses the traces it finds there, and a level's requests file is named by its todo."""
+        name = "artifacts" if self.state_path.name == "todo.json" else f"artifacts-{self.state_path.stem}"
+        return (self.state_path.parent / name).absolute()
 
     @property
     def workdir(self) -> str:

@@ -249,3 +249,17 @@ def test_failures_from_a_live_server_over_the_threshold_fail_the_level(tmp_path:
     assert (
         "1 of 2 requests failed in the c=1 run (over macro.max_failed_pct = 1.0%) while the server answered"
     ) in single.error.message
+
+
+def test_two_todo_files_in_one_folder_keep_their_artifacts_apart(tmp_path: Path, pace_server) -> None:
+    """`--state state/a.json` then `--state state/b.json`: before, both wrote `state/artifacts/`, so
+    the second overwrote the first's stored requests (and a capture reused the first's traces)."""
+    write_config = paced_campaign(tmp_path, pace_server(ttft_ms=5, pace_ms=2))
+    write_config(8)
+    for name in ("a", "b"):
+        result = run_cli(["--state", f"state/{name}.json", "resume"], tmp_path, timeout=300)
+        assert result.returncode == 0, result.stderr
+    first = load_state(tmp_path / "state" / "a.json").by_id()["macro_single"].result["single_stream"]["artifact"]
+    second = load_state(tmp_path / "state" / "b.json").by_id()["macro_single"].result["single_stream"]["artifact"]
+    assert "/state/artifacts-a/" in first and "/state/artifacts-b/" in second
+    assert Path(first).read_text() != Path(second).read_text()  # each run's own requests
