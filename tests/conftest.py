@@ -159,6 +159,7 @@ def pace_server():
         slow_requests: str = "",
         capacity: int = 0,
         prefix_hits: int = 0,
+        vocab: int = 0,
     ) -> int:
         port = free_port()
         process = subprocess.Popen(
@@ -181,6 +182,7 @@ def pace_server():
                 "PACE_SLOW": slow_requests,
                 "PACE_CAPACITY": str(capacity or ""),
                 "PACE_PREFIX_HITS": str(prefix_hits or ""),
+                "PACE_VOCAB": str(vocab or ""),
             },
         )
         assert process.stdout.readline().strip() == "ready"

@@ -7,7 +7,8 @@ really happened on the wire. Standard library only. Run as a process:
 GET /stats returns the per-request records (with the path and prompt each came with;
 /v1/chat/completions streams chat deltas); GET /history each generation request's whole prompt or
 messages; with `return_token_ids` a completion's chunks carry token ids (output i is 1000 + i);
-with $PACE_PREFIX_HITS=n, GET /metrics has vLLM's prefix-cache counters, starting at 100000 queries
+with $PACE_VOCAB=n a token-id prompt with an id >= n gets vLLM's in-stream refusal (an error
+event, then [DONE], status 200); with $PACE_PREFIX_HITS=n, GET /metrics has vLLM's prefix-cache counters, starting at 100000 queries
 and 90000 hits, each token-id completion adding its prompt's length and n; GET /health and /v1/models answer as vLLM's do (the
 model id from $PACE_MODEL, default "pace"), so a campaign can adopt it as its server. Injected faults: FAIL_EVERY=n answers every n-th
 request with 500; STALL_MS pauses each stream once, halfway, before a token (an API server that
@@ -104,6 +105,21 @@ async def handle(
             tokens = request["max_tokens"]
             prompt = request["messages"][-1]["content"] if "messages" in request else request["prompt"]
             HISTORY.append({"messages": request.get("messages"), "prompt": request.get("prompt")})
+            vocab = int(os.environ.get("PACE_VOCAB") or 0)
+            if vocab and isinstance(prompt, list) and max(prompt, default=0) >= vocab:
+                # as vLLM refuses an out-of-vocabulary token after the stream began: an error event, then [DONE]
+                refusal = json.dumps(
+                    {"error": {"message": f"Token id {max(prompt)} is out of vocabulary", "code": 400}}
+                )
+                events = f"data: {refusal}\n\ndata: [DONE]\n\n".encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    + f"{len(events):x}\r\n".encode()
+                    + events
+                    + b"\r\n0\r\n\r\n"
+                )
+                await writer.drain()
+                continue
             if isinstance(request.get("prompt"), list) and os.environ.get("PACE_PREFIX_HITS"):
                 PREFIX["queries"] += len(request["prompt"])
                 PREFIX["hits"] += float(os.environ["PACE_PREFIX_HITS"])

