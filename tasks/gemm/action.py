@@ -13,6 +13,7 @@ from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
 from tasks.model.results import MODEL_FACTS
 from tasks.model.shapes import model_shapes
+from tasks.service.launch import cores_per_rank
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
 
@@ -33,7 +34,7 @@ def server_w4a16_kernel(ctx: TaskContext) -> str:
 def threads_per_rank(host: HostFacts, tensor_parallel: int) -> int:
     """On CPU each server rank has its share of the cores (VLLM_CPU_OMP_THREADS_BIND): the bench
     gets the same, or it would time a GEMM on more cores than the server gives one."""
-    return max(1, (host.cpu_count or 1) // tensor_parallel)
+    return cores_per_rank(host.cpu_count or 1, tensor_parallel)
 
 
 HALF_TP = " (at TP/2)"
