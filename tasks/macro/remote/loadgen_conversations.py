@@ -1,5 +1,5 @@
 """Multi-turn conversations against the server, from the host (standard library only; shipped
-beside loadgen.py, whose streaming request it uses, so the timing is the same as every level's).
+beside loadgen.py; its streaming request is loadgen_server.py's, so the timing is the same as every level's).
 
 A conversation is `--turns` requests in order: turn n sends the whole history (every earlier
 user message and the model's own answers, as the server returned them) plus a new user message,
@@ -27,8 +27,8 @@ import json
 import random
 import time
 
-from loadgen import Connection, metrics_delta, scrape_metrics, stream_request
 from loadgen_prompts import WORDS, cut_text, load_tokenizer, unique_prefix
+from loadgen_server import Connection, metrics_delta, scrape_metrics, stream_request
 from telemetry import Telemetry
 
 try:
