@@ -247,7 +247,11 @@ class Telemetry:
     def finish(self):
         if self.process is None:
             return None
-        out, _ = self.process.communicate("stop\n", timeout=60)
+        try:
+            out, _ = self.process.communicate("stop\n", timeout=60)
+        except (subprocess.TimeoutExpired, OSError) as err:  # the run's figures stand without it
+            self.process.kill()
+            return {"source": None, "why": f"the sampling process did not finish ({type(err).__name__})"}
         lines = [line for line in out.splitlines() if line.startswith("{")]
         return json.loads(lines[-1]) if lines else {"source": None, "why": "the sampling process printed nothing"}
 
