@@ -6,7 +6,7 @@ from pathlib import Path
 
 from orchestrator.campaign import Check
 from orchestrator.errors import OrchestrateError
-from tasks.host_json import run_json_script
+from tasks.host_json import last_json
 from tasks.session import Session
 
 TELEMETRY_SCRIPT = Path(__file__).parent / "remote" / "telemetry.py"
@@ -18,7 +18,10 @@ def macro_checks(session: Session) -> list[Check]:
     if not session.config.macro.telemetry_interval_s:
         return [Check("macro.telemetry_interval_s", "0: no power telemetry sampled")]
     try:
-        found = run_json_script(session, TELEMETRY_SCRIPT, ["--probe"], timeout_s=60)
+        # the script's text as `python -c`: `check` writes nothing on the host, not even a script
+        host = session.host()
+        ran = host.run([session.python, "-c", TELEMETRY_SCRIPT.read_text(), "--probe"], timeout_s=60)
+        found = last_json(TELEMETRY_SCRIPT.name, host.name, ran.stdout, ran.stderr)
     except OrchestrateError as err:
         return [Check("macro.telemetry_interval_s", f"the telemetry probe failed ({err}); energy will not be measured")]
     if found.get("source") == "nvml":
