@@ -31,10 +31,10 @@ env = { VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1", VLLM_NO_USAGE_S
 ready_deadline_s = 420
 [macro]
 input_tokens = 256
-output_tokens = 256
+output_tokens = 128
 single_stream_requests = 8
-concurrency_max = 64
-requests_per_level = 128
+concurrency_max = 32
+requests_per_level = 64
 repeats = 2
 telemetry_interval_s = 0.1
 TOML
