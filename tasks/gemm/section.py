@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.report import md_table
-from tasks.gemm.results import GEMM_BENCH, GemmResult, GemmRow
+from tasks.gemm.results import GEMM_BENCH, GemmResult, GemmRow, KvRow
 from tasks.macro.noise import NOISY_PCT, STABLE_PCT
 from tasks.model.results import MODEL_FACTS
 from tasks.view import Findings, fmt
@@ -107,6 +107,49 @@ def gemm_section(findings: Findings) -> str:
             rows,
         )
         + noise_note(gemm)
+        + kv_section(gemm)
+    )
+
+
+def kv_section(gemm: GemmResult) -> str:
+    """The FP8 KV-cache micro: one attention layer's decode work, the model's KV dtype against FP8."""
+    if not gemm.kv_rows:
+        return f"\n**FP8 KV-cache micro**: not run ({gemm.kv_not_measured}).\n" if gemm.kv_not_measured else ""
+    pairs: dict[tuple[int, int], dict[str, KvRow]] = {}
+    for row in gemm.kv_rows:
+        pairs.setdefault((row.context, row.m), {})[row.kv_dtype] = row
+    rows = []
+    for (context, m), by_dtype in sorted(pairs.items()):
+        auto, fp8 = by_dtype.get("auto"), by_dtype.get("fp8")
+        if auto is None or fp8 is None or auto.us is None or fp8.us is None:
+            why = next((r.skipped for r in (auto, fp8) if r and r.skipped), "not timed")
+            rows.append([m, context, "-", "-", "-", "-", why])
+            continue
+        rows.append(
+            [
+                m,
+                context,
+                f"{fmt(auto.write_us, 2)} + {fmt(auto.attention_us, 2)} = {fmt(auto.us, 2)}",
+                f"{fmt(fp8.write_us, 2)} + {fmt(fp8.query_quant_us, 2)} + {fmt(fp8.attention_us, 2)}"
+                f" = {fmt(fp8.us, 2)}",
+                f"{fp8.us - auto.us:+.2f}",
+                f"{(fp8.us / auto.us - 1) * 100:+.1f}%",
+                "",
+            ]
+        )
+    first = gemm.kv_rows[0]
+    return (
+        "\n**FP8 KV-cache micro** (`fp8_kv_cache`'s input, before any experiment): one attention layer's"
+        " decode work as the server runs it, µs: the cache write (`reshape_and_cache_flash`, quantising to"
+        " FP8 on the way in), the query's FP8 quantisation (one compiled kernel, as torch.compile makes"
+        " vLLM's QuantFP8) and FlashAttention-3's paged decode over every sequence's context (blocks of"
+        f" {first.block_size or 16} in random order, each layer's cache its own copy so the L2 does not"
+        " hold it), with the KV cache in the model's dtype and in FP8 e4m3 (scales 1: dummy weights give"
+        " no calibrated scale; the kernels' time does not depend on it).\n\n"
+        + md_table(
+            ["sequences", "context tokens", "model's KV µs", "FP8 KV µs", "FP8 - model's µs", "change", "note"],
+            rows,
+        )
     )
 
 

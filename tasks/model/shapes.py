@@ -109,6 +109,14 @@ class LayerShape(Result):
         return "expert" if self.name.startswith("expert_") else "dense"
 
 
+class AttentionHeads(Result):
+    """One rank's attention heads, as vLLM's paged attention sees them."""
+
+    q_heads: int
+    kv_heads: int
+    head_size: int
+
+
 class ModelShapes(Result):
     family: Literal["deepseek_v3", "mixtral", "llama"]
     tensor_parallel: int
@@ -122,6 +130,9 @@ class ModelShapes(Result):
     layers: list[LayerShape]
     kv_bytes_per_token: float | None = Field(
         None, description="KV-cache bytes one token holds on one rank at bf16 (all layers, K and V)"
+    )
+    attention: AttentionHeads | None = Field(
+        None, description="one rank's query and KV heads (GQA/MHA; None for MLA): the FP8 KV micro's shape"
     )
 
     def gemm_rows(self, batch_sizes: list[int]) -> list[dict[str, Any]]:
@@ -212,6 +223,18 @@ def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -
         allreduces_per_step=2 * layers + 1 if tp > 1 else 0,
         layers=shapes,
         kv_bytes_per_token=kv_bytes_per_token(config, tp),
+        attention=None if family == "deepseek_v3" else attention_heads(reader, tp),
+    )
+
+
+def attention_heads(reader: ConfigReader, tp: int) -> AttentionHeads:
+    hidden = int(reader.need("hidden_size"))
+    heads = int(reader.need("num_attention_heads"))
+    kv_heads = int(reader.get("num_key_value_heads", heads))
+    return AttentionHeads(
+        q_heads=split(heads, tp, "num_attention_heads", reader.source),
+        kv_heads=max(1, kv_heads // tp),  # fewer KV heads than ranks: vLLM replicates them
+        head_size=int(reader.get("head_dim", hidden // heads)),
     )
 
 

@@ -106,6 +106,9 @@ def time_rotations(calls, device, repeats, do_bench=False):
     if device == "cuda":
         try:  # CUDA graph replay: launch overhead out of the measurement, as vLLM decodes
             stream = torch.cuda.Stream()
+            # the operands were written on the current stream: the side stream waits for them
+            # (without it a block table still being filled sent FlashAttention out of bounds)
+            stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for fn in calls:
                     fn()

