@@ -128,3 +128,28 @@ def test_the_micro_stands_in_for_the_assumed_overhead_and_its_prediction_can_com
     assert why in kv_section(_gemm([], why))
     table = kv_section(_gemm(ROWS[:4]))
     assert "| 1 | 96 | 2.00 + 7.60 = 9.60 |" in table and "+1.70 | +17.7%" in table
+
+
+@pytest.mark.slow
+def test_the_micro_script_says_why_it_timed_nothing_on_a_host_without_cuda(tmp_path) -> None:
+    """kv_bench.py itself, run as the gemm phase ships it, on this CPU-only machine: one row per
+    point and dtype, each skipped with the reason, and one JSON document (the action never calls it
+    on CPU; this checks the script a CUDA host will run parses its spec and reports)."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parent.parent / "tasks" / "gemm" / "remote" / "kv_bench.py"
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {"q_heads": 32, "kv_heads": 4, "head_size": 128, "block_size": 16, "points": [{"m": 1, "context": 96}]}
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), str(spec)], capture_output=True, text=True, timeout=120, cwd=script.parent
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout.splitlines()[-1])["rows"]
+    assert [(r["m"], r["context"], r["kv_dtype"]) for r in rows] == [(1, 96, "auto"), (1, 96, "fp8")]
+    assert all(r["skipped"].startswith("CUDA only") for r in rows)

@@ -98,3 +98,50 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
     )
     assert "measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead" in text
     assert "half_tp_gemm_factor = 2 (assumed): " not in text  # no sensitivity to a measured input
+
+
+def test_what_an_experiment_measured_of_a_speculative_step_and_of_fp8_kv_stands_in_later(tmp_path) -> None:
+    """spec_step_extra_ms (assumed 0: an upper bound) and kv_fp8_layer_delta_us (derived from two
+    assumptions; this CPU fixture has no KV micro) as an earlier campaign's experiments measured
+    them on the same hardware, shape and vLLM: each stands in its place, named, and the prediction
+    moves by exactly what the formula says."""
+    from test_findings import FIXTURE, assemble
+
+    from orchestrator.statefile import load_state
+    from tasks.decisions.earlier import identity
+    from tasks.decisions.ledger import Ledger
+    from tasks.view import Findings
+
+    state = load_state(FIXTURE)
+    mine = identity(Findings(None, state, tmp_path))  # type: ignore[arg-type]
+    earlier = [
+        record("earlier", option, 0.5, 0.1, 0.0, 0.2).model_copy(
+            update={
+                "id": f"earlier/{option}/2020-01-01",
+                "model": mine.model,
+                "hardware": mine.hardware,
+                "vllm": mine.vllm,
+                "measured_inputs": inputs,
+                "recorded_at": "2020-01-01T00:00:00+00:00",
+            }
+        )
+        for option, inputs in (
+            ("speculative_decoding", {"spec_step_extra_ms": 1.5}),
+            ("fp8_kv_cache", {"kv_fp8_layer_delta_us": 3.9}),
+        )
+    ]
+    without = assemble(tmp_path / "a")
+    (tmp_path / "b" / "reports").mkdir(parents=True)
+    (tmp_path / "b" / "reports" / "ledger.json").write_text(Ledger(records=earlier).model_dump_json())
+    text = assemble(tmp_path / "b")
+
+    def row(document: str, title: str) -> str:
+        return next(line for line in document.splitlines() if f" | {title}" in line and "`" in line)
+
+    spec = row(text, "Speculative decoding")
+    assert "spec_step_extra_ms = 1.5 (earlier record: earlier/speculative_decoding/2020-01-01" in spec, spec
+    assert "spec_step_extra_ms = 0 (assumed)" in row(without, "Speculative decoding")
+    fp8 = row(text, "FP8 KV cache")
+    assert "kv_fp8_layer_delta_us = 3.9 (earlier record: earlier/fp8_kv_cache/2020-01-01" in fp8, fp8
+    assert "in place of the assumptions it is derived from" in fp8
+    assert "assumed: from kv_fp8_overhead_us_per_layer and kv_fp8_bytes_ratio" in row(without, "FP8 KV cache")

@@ -75,6 +75,7 @@ class KvRow(Result):
     timing: str | None = None
     rotated_copies: int | None = None
     block_size: int | None = None
+    note: str | None = Field(None, description="where the micro could not call a kernel as the server does")
 
 
 class GemmResult(Result):

@@ -134,7 +134,7 @@ def kv_section(gemm: GemmResult) -> str:
                 f" = {fmt(fp8.us, 2)}",
                 f"{fp8.us - auto.us:+.2f}",
                 f"{(fp8.us / auto.us - 1) * 100:+.1f}%",
-                "",
+                "; ".join(note for note in (auto.note, fp8.note) if note),
             ]
         )
     first = gemm.kv_rows[0]
