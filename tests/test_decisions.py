@@ -53,6 +53,7 @@ BASE = {
     "kv_read_ms": 1.2,
     "layers": 32.0,
     "spec_step_extra_ms": 0.0,
+    "half_tp_host_saving_ms": 0.0,
     # 2 µs overhead less 1.2 ms x 0.5 saved over 32 layers, as the rules derive it
     "kv_fp8_layer_delta_us": 2.0 - 1.2 * 0.5 * 1000 / 32,
 }

@@ -50,8 +50,9 @@ def test_the_summary_is_per_option_with_repeats_and_provenance() -> None:
 def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -> None:
     """The stored default campaign judges lower_tp with half_tp_gemm_factor assumed (its GEMM micro
     predates the TP/2 rows). A ledger record of an earlier campaign on the same hardware, shape and
-    vLLM that measured the factor puts its value in the assumption's place, named; records of
-    another vLLM, of this same campaign, or written after this campaign started do not count."""
+    vLLM that measured the factor puts its value in the assumption's place, named (an earlier run of
+    this same configuration counts too); records of another vLLM, or written after this campaign
+    started, do not."""
     from test_findings import FIXTURE, assemble
 
     from orchestrator.statefile import load_state
@@ -82,7 +83,7 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
         records=[
             measured("earlier", 1.25, mine.vllm, before),
             measured("other-vllm", 9.0, "0.0.1", before),
-            measured(state.campaign, 7.0, mine.vllm, before),
+            measured(state.campaign, 1.75, mine.vllm, before),  # an earlier run of this configuration
             measured("later", 5.0, mine.vllm, after),
         ]
     )
@@ -91,7 +92,10 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
     (tmp_path / "b" / "reports" / "ledger.json").write_text(ledger.model_dump_json())
     text = assemble(tmp_path / "b")
     row = next(line for line in text.splitlines() if line.startswith("| - | Halve tensor parallelism"))
-    assert "half_tp_gemm_factor = 1.25 (earlier record: earlier/lower_tp/2020-01-01" in row, row
+    # the median of the earlier campaign's 1.25 and the earlier run of this configuration's 1.75
+    assert "half_tp_gemm_factor = 1.5 (earlier record: median of 2 records, first earlier/lower_tp/2020-01-01" in row, (
+        row
+    )
     assert "in place of the assumed 2" in row
     assert "half_tp_gemm_factor = 2 (assumed)" in next(
         line for line in without.splitlines() if line.startswith("| - | Halve tensor parallelism")

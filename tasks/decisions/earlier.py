@@ -3,9 +3,9 @@ one (its `measured` expression over the variant's figures) on the same hardware,
 vLLM version, that measurement stands in for the rules file's value, named as such.
 
 The order of what a formula input is: this campaign's own measurement (vocabulary.MEASURED_IN_PLACE),
-else an earlier campaign's (here), else the stated assumption. Only records of other campaigns
-recorded before this campaign started count, so regenerating a findings document later (after
-more campaigns wrote to the ledger) gives the same record.
+else an earlier campaign's (here), else the stated assumption. Only records written before this
+campaign started count (an earlier run of the same configuration too), so regenerating a findings
+document later (after more campaigns wrote to the ledger) gives the same record.
 """
 
 from __future__ import annotations
@@ -49,14 +49,17 @@ def _moment(when: datetime | str) -> datetime:
 
 
 def earlier_values(
-    records: list[LedgerRecord], names: set[str], mine: Identity, campaign: str, before: datetime | None
+    records: list[LedgerRecord], names: set[str], mine: Identity, before: datetime | None
 ) -> dict[str, tuple[float, list[str]]]:
     """Each of ``names`` some matching record measured: the median of their values and the records."""
     found: dict[str, list[tuple[float, str]]] = {}
     for record in records:
         if (record.model, record.hardware, record.vllm) != (mine.model, mine.hardware, mine.vllm):
             continue
-        if record.campaign == campaign or (before is not None and _moment(record.recorded_at) >= _moment(before)):
+        # Recorded before this campaign started: a run of this same configuration counts (its spread
+        # is what repeats measure); this campaign's own records and later ones do not, so regenerating
+        # the findings after more campaigns gives the same record.
+        if before is not None and _moment(record.recorded_at) >= _moment(before):
             continue
         for name, value in record.measured_inputs.items():
             if name in names and value is not None:
@@ -76,7 +79,7 @@ def with_earlier(rules: Any, findings: Any) -> Any:
     started = [todo.started_at for todo in findings.state.todos if todo.started_at]
     before = min(started) if started else None
     names = set(rules.assumptions) | set(DERIVED_FROM_ASSUMPTIONS)
-    values = earlier_values(records, names, identity(findings), findings.state.campaign, before)
+    values = earlier_values(records, names, identity(findings), before)
     if not values:
         return rules
     return dataclasses.replace(
