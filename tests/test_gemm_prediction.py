@@ -130,3 +130,43 @@ def test_verifying_drafted_tokens_on_a_moe_model_costs_the_experts_the_wider_ste
     dense_rows = [{**row, "device": "cuda", "rotated_copies": 1, "us": 10.0} for row in dense_only.gemm_rows([1, 4])]
     flat = GemmResult(info=info, copy_ceiling_gbps=4000.0, rows=dense_rows, artifact="gemm.json")
     assert verify_extra_ms(dense_only, flat, 1.0, 3) == pytest.approx(0.0)
+
+
+def test_a_level_between_the_timed_batches_reads_the_fused_rows_not_one_experts_row_at_its_m() -> None:
+    """Qwen3-MoE's micro at M = 1, 4 and 32 also times one routed expert's GEMM at
+    ceil(32 x 8 / 128) = 2 tokens. A step of 2 tokens is between the fused rows at 1 and 4 (the
+    H200 campaign's c=2 read the per-expert rows at M=2 instead: 4.74 ms of experts a step where the
+    fused rows give 2.26, which made its verify cost and MoE time wrong), and so are the W4A16
+    ratio and the dense W4A16 delta there: each format's time linear between the batches timed."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.gpu_model_shapes import shape
+    from tasks.decisions.estimates import gemm_ms_at, moe_w4a16_ratio, w4a16_delta_ms
+    from tasks.decisions.figures import KeyFigures
+    from tasks.gemm.results import GemmResult
+    from tasks.model.shapes import model_shapes
+
+    shapes = model_shapes(shape("qwen3moe_bf16", {}), 1)
+    fused = {1: 31.1, 4: 79.1, 32: 262.9}
+    as_int4 = {1: 29.0, 4: 49.0, 32: 122.4}
+    rows = []
+    for row in shapes.gemm_rows([1, 4, 32]):
+        us = fused[row["m"]] if row.get("experts") else 500.0 if row["name"].startswith("expert_") else 10.0
+        rows.append({**row, "device": "cuda", "rotated_copies": 1, "us": us})
+        if row.get("experts"):
+            rows.append({**rows[-1], "name": row["name"] + " (as W4A16)", "dtype": "w4a16", "us": as_int4[row["m"]]})
+        elif row["name"] != "lm_head" and not row["name"].startswith("expert_"):
+            rows.append({**rows[-1], "name": row["name"] + " (as W4A16)", "dtype": "w4a16", "us": 4.0 * row["m"]})
+    assert any(row["m"] == 2 and row["name"].startswith("expert_") for row in rows)
+    info = {"device": "cuda", "torch": "2.11", "device_name": "H200", "threads": 1}
+    gemm = GemmResult(info=info, copy_ceiling_gbps=4000.0, rows=rows, artifact="gemm.json")
+    between = 31.1 + (79.1 - 31.1) / 3
+    assert gemm_ms_at(shapes, gemm, 2.0, experts=True) == pytest.approx(48 * between / 1000)
+    figures = KeyFigures(
+        tp=1, rank0=None, breakdown=None, model=None, host=None, gemm=gemm, allreduce=None, decode_tpot_ms=None
+    )
+    assert moe_w4a16_ratio(figures, 2.0) == pytest.approx((29.0 + 20.0 / 3) / between)
+    quantized = shapes.model_copy(update={"layers": [layer for layer in shapes.layers if layer.name != "lm_head"]})
+    # qkv and o a layer, bf16 10 µs against W4A16 4 x M µs: at M=2, 2 GEMMs x 48 x (10 - 8) µs
+    assert w4a16_delta_ms(quantized, gemm, 2.0) == pytest.approx(2 * 48 * (10.0 - 8.0) / 1000)

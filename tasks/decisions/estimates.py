@@ -17,8 +17,14 @@ from tasks.allreduce.results import AllreduceResult
 from tasks.analysis.categories import Category
 from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.decisions.figures import KeyFigures, w4a16_speedup
-from tasks.decisions.gemm_prediction import HALF_TP, W4A16_COMPARISON, predict_gemm, predict_gemm_as_w4a16
-from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms
+from tasks.decisions.gemm_prediction import (
+    HALF_TP,
+    W4A16_COMPARISON,
+    predict_gemm,
+    predict_gemm_as_w4a16,
+    timed_batch_sizes,
+)
+from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms, linear_between
 from tasks.decisions.ngram_replay import replay
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
@@ -97,20 +103,23 @@ def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float])
 
 def moe_w4a16_ratio(figures: KeyFigures, at_tokens: float | None = None) -> float | None:
     """One MoE layer's routed experts as W4A16 / bf16, from the GEMM micro's `experts_fused` rows
-    (vLLM's fused_marlin_moe against its Triton fused_moe, routing drawn at random), at the timed
-    batch nearest the captured step's tokens; None where the micro did not time both formats."""
+    (vLLM's fused_marlin_moe against its Triton fused_moe, routing drawn at random), at the
+    captured step's tokens (each format's time linear between the batches timed); None where the
+    micro did not time both formats."""
     if figures.gemm is None:
         return None
     by_m: dict[int, dict[str, float]] = {}
     for row in figures.gemm.rows:
         if row.name.removesuffix(W4A16_COMPARISON) == "experts_fused" and row.us:
             by_m.setdefault(row.m, {})[row.dtype] = row.us
-    both = {m: v["w4a16"] / v["bf16"] for m, v in by_m.items() if "w4a16" in v and "bf16" in v}
+    both = sorted((m, v["bf16"], v["w4a16"]) for m, v in by_m.items() if "w4a16" in v and "bf16" in v)
     if not both:
         return None
     tokens = at_tokens or (figures.rank0.decode_tokens_per_step if figures.rank0 else None)
     tokens = tokens or figures.capture_concurrency
-    return both[min(both, key=lambda m: (abs(m - tokens), m))]
+    # each format's time linear between the batches timed, then their ratio
+    bf16 = linear_between([(float(m), us) for m, us, _ in both], tokens)
+    return linear_between([(float(m), us) for m, _, us in both], tokens) / bf16 if bf16 else None
 
 
 def category_ms(figures: KeyFigures, category: str) -> float | None:
@@ -241,15 +250,9 @@ def gemm_figures(
         return none
     if tokens is None:
         tokens = figures.rank0.decode_tokens_per_step if figures.rank0 else 1
-    now = predict_gemm(shapes, gemm, tokens or 1, experts=False)
-    as_int4 = predict_gemm_as_w4a16(shapes, gemm, tokens or 1)
     # vLLM keeps the lm_head in bf16 unless the checkpoint quantizes it: it saves nothing.
     quantized = shapes.model_copy(update={"layers": [layer for layer in shapes.layers if layer.name != "lm_head"]})
-    now, as_int4 = (
-        predict_gemm(quantized, gemm, tokens or 1, experts=False),
-        predict_gemm_as_w4a16(quantized, gemm, tokens or 1),
-    )
-    delta = now.ms_per_step - as_int4.ms_per_step if now and as_int4 and not as_int4.missing else None
+    delta = w4a16_delta_ms(quantized, gemm, tokens or 1)
     k = int(assumptions.get("spec_tokens", 3))
     verify = verify_extra_ms(shapes, gemm, tokens or 1, k)
     floor = (
@@ -261,6 +264,17 @@ def gemm_figures(
         "weight_floor_ms": floor,
         "half_tp_gemm_factor_micro": half_tp_factor(shapes, gemm, tokens or 1),
     }
+
+
+def w4a16_delta_ms(shapes: ModelShapes, gemm: GemmResult, tokens: float) -> float | None:
+    """The dense GEMMs a step in the model's format minus as W4A16, linear between the step sizes
+    the micro timed both at (a level between two of them is neither one)."""
+    points = []
+    for m in timed_batch_sizes(shapes, gemm):
+        now, as_int4 = predict_gemm(shapes, gemm, m, experts=False), predict_gemm_as_w4a16(shapes, gemm, m)
+        if now and as_int4 and now.m == as_int4.m == m and not now.missing and not as_int4.missing:
+            points.append((float(m), now.ms_per_step - as_int4.ms_per_step))
+    return linear_between(points, tokens) if points else None
 
 
 def half_tp_factor(shapes: ModelShapes, gemm: GemmResult, tokens: float) -> float | None:
@@ -295,7 +309,7 @@ def gemm_ms_at(shapes: ModelShapes, gemm: GemmResult, m: float, experts: bool = 
     sizes timed (the nearest segment beyond them); None with fewer than two sizes timed or ``m``
     not bracketed and only one size."""
     points = []
-    for size in sorted({row.m for row in gemm.rows if row.us is not None}):
+    for size in timed_batch_sizes(shapes, gemm):
         prediction = predict_gemm(shapes, gemm, size, experts=experts)
         if prediction and prediction.m == size and not prediction.missing and prediction.calls_per_step:
             points.append((size, prediction.ms_per_step))

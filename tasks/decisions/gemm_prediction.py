@@ -80,7 +80,7 @@ def predict_gemm(
         for row in gemm.rows
         if row.us is not None and variant_of(row.name) == wanted_variant
     }
-    measured_m = sorted({m for _, m in timed})
+    measured_m = batch_sizes(shapes, timed)
     if not measured_m:
         return None
     wanted = max(1, round(decode_tokens))
@@ -89,6 +89,20 @@ def predict_gemm(
         return _predict(shapes, timed, m, {"dense"})
     fused = _predict(shapes, timed, m, {"fused_experts"})
     return fused if fused.calls_per_step and not fused.missing else _predict(shapes, timed, m, {"expert"})
+
+
+def batch_sizes(shapes: ModelShapes, timed: dict[tuple[str, int], float]) -> list[int]:
+    """The step sizes (M) the micro timed: a row's M is the step's for every GEMM that sees all of
+    its tokens, not for one routed expert's alone (ceil(M x top_k / E): M=32 of 128 experts, top-8
+    times that expert at M=2, which is no step size the micro timed)."""
+    share = {layer.name: layer.tokens_share for layer in shapes.layers}
+    return sorted({m for name, m in timed if share.get(name, 1.0) == 1.0})
+
+
+def timed_batch_sizes(shapes: ModelShapes, gemm: GemmResult) -> list[int]:
+    """The step sizes the micro timed (rows of what the server runs)."""
+    timed = {(row.name, row.m): row.us or 0.0 for row in gemm.rows if row.us is not None and not variant_of(row.name)}
+    return batch_sizes(shapes, timed)
 
 
 def predict_gemm_as_w4a16(shapes: ModelShapes, gemm: GemmResult, decode_tokens: float) -> GemmPrediction | None:
