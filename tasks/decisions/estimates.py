@@ -24,7 +24,8 @@ from tasks.decisions.gemm_prediction import (
     predict_gemm_as_w4a16,
     timed_batch_sizes,
 )
-from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms, linear_between
+from tasks.decisions.interpolate import linear_between
+from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms
 from tasks.decisions.ngram_replay import replay
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult

@@ -5,6 +5,7 @@ stated assumptions where it did not run."""
 from __future__ import annotations
 
 from tasks.decisions.figures import KeyFigures
+from tasks.decisions.interpolate import linear_between
 
 
 def kv_fp8_delta_assumed(out: dict[str, float | None], assumptions: dict[str, float]) -> float | None:
@@ -41,16 +42,6 @@ def kv_fp8_layer_delta_us(
             by_m.setdefault(row.m, {})[row.kv_dtype] = row.us  # type: ignore[assignment]
     points = sorted((m, v["fp8"] - v["auto"]) for m, v in by_m.items() if "fp8" in v and "auto" in v)
     return linear_between(points, tokens) if points else None
-
-
-def linear_between(points: list[tuple[float, float]], x: float) -> float:
-    """Linear between the points, the nearest point's value beyond them."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
 
 
 def kv_read_ms(figures: KeyFigures) -> float | None:

@@ -24,7 +24,8 @@ from tasks.decisions.estimates import (
     with_measured_in_place,
 )
 from tasks.decisions.figures import KeyFigures
-from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us, linear_between
+from tasks.decisions.interpolate import linear_between
+from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us
 from tasks.decisions.vocabulary import MEASURED_IN_PLACE
 
 NOT_AT_OTHER_LEVELS = (
