@@ -65,9 +65,15 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
         for o in record
     ]
     assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items() if k not in rules.earlier)
-    if rules.earlier:
+    # an earlier record's value this campaign measured itself does not stand: not listed
+    earlier = {
+        k: where
+        for k, where in rules.earlier.items()
+        if not provenance(k, values, rules.assumptions, rules.earlier).startswith("measured")
+    }
+    if earlier:
         assumed += "; measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead: " + (
-            ", ".join(f"{k} = {fmt_figure(rules.assumptions[k])} ({where})" for k, where in rules.earlier.items())
+            ", ".join(f"{k} = {fmt_figure(rules.assumptions[k])} ({where})" for k, where in earlier.items())
         )
     tpot = values.get("tpot_ms")
     return (
