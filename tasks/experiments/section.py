@@ -120,8 +120,9 @@ def experiments_section(findings: Findings) -> str:
             per_step = v.variant_figures.get("x_spec_tokens_per_step")
             how = provenance("spec_expected_tokens", record.figures, record.assumptions, record.earlier)
             line += (
-                f". vLLM's counters: {fmt_figure(per_step)} tokens a decode step (mean acceptance length"
-                f" {spec:.2f} over {fmt_figure(drafts)} drafts)"
+                f". The variant's stream: {fmt_figure(per_step)} tokens a decode step (decode tokens over the"
+                f" chunks they came in, one a step; vLLM's counters: mean acceptance length {spec:.2f} over"
+                f" {fmt_figure(drafts)} drafts)"
                 + (" (no draft was proposed: the n-gram found no match in these prompts)" if not drafts else "")
                 + f", against the predicted {fmt_figure(record.figures.get('spec_expected_tokens'))}"
                 + (
