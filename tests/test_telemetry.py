@@ -143,7 +143,47 @@ def test_rapl_package_energy_from_its_counter_across_a_wrap(tmp_path: Path, firs
     assert source.devices() == ["package-0"]
     sampler = telemetry.Sampler(source, interval_s=10.0)
     sampler.start()
-    (zone / "energy_uj").write_text(f"{(first_uj + 5_000_000) % range_uj}\n")
+    # as sysfs reads do, the sampler sees the old value or the new one, never half a write
+    (zone / "energy_uj.new").write_text(f"{(first_uj + 5_000_000) % range_uj}\n")
+    (zone / "energy_uj.new").replace(zone / "energy_uj")
     document = sampler.stop()
     summary = telemetry_of([document])
     assert summary.source == "rapl" and summary.energy_j == pytest.approx(5.0)
+
+
+def test_an_unreadable_sample_is_skipped_and_counted_and_the_sampler_goes_on() -> None:
+    """A fault injected into the source (its second read raises, as a half-written file would):
+    the sampler's thread does not die with it; the sample is left out and counted, and the
+    samples after it are kept."""
+    telemetry = load(REMOTE / "telemetry.py", "host_telemetry_flaky")
+
+    class Flaky:
+        name = "flaky"
+        reads = 0
+
+        def devices(self):
+            return ["d0"]
+
+        def energy_mj(self):
+            return [0.0]
+
+        def sample(self):
+            self.reads += 1
+            if self.reads == 2:
+                raise ValueError("invalid literal for int() with base 10: ''")
+            return [[100.0, None, None, None, None, None, None]]
+
+    source = Flaky()
+    sampler = telemetry.Sampler(source, interval_s=0.01)
+    sampler.start()
+    deadline = time.perf_counter() + 5
+    while source.reads < 5 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    document = sampler.stop()
+    assert document["samples_lost"] == 1 and "invalid literal" in document["sample_error"]
+    assert len(document["samples"]) >= 3 and not sampler.thread.is_alive()
+    from tasks.macro.energy import telemetry_of
+
+    summary = telemetry_of([document, document])
+    assert summary.samples_lost == 2 and summary.samples == 2 * len(document["samples"])
+    assert summary.sample_error.startswith("ValueError: invalid literal")

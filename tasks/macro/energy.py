@@ -37,6 +37,8 @@ class Telemetry(Result):
     throttle_pct: dict[str, float] = Field(
         default_factory=dict, description="throttle reason -> % of samples it was active on any device"
     )
+    samples_lost: int = Field(0, description="samples the source could not read, left out (the first reason below)")
+    sample_error: str | None = None
 
     @property
     def energy(self) -> tuple[float | None, str]:
@@ -99,6 +101,8 @@ def _one(document: dict[str, Any]) -> Telemetry:
         util_pct_mean=_mean(values("util_pct")),
         mem_used_mib_max=max(values("mem_used_mib"), default=None),
         throttle_pct={name: count / len(samples) * 100 for name, count in active.items()} if samples else {},
+        samples_lost=int(document.get("samples_lost") or 0),
+        sample_error=document.get("sample_error"),
     )
 
 
@@ -158,6 +162,8 @@ def telemetry_of(documents: list[dict[str, Any] | None]) -> Telemetry | None:
         mem_mhz_mean=_weighted(parts, "mem_mhz_mean"),
         temp_c_max=_extreme(parts, "temp_c_max", max),
         util_pct_mean=_weighted(parts, "util_pct_mean"),
+        samples_lost=sum(p.samples_lost for p in parts),
+        sample_error=next((p.sample_error for p in parts if p.sample_error), None),
         mem_used_mib_max=_extreme(parts, "mem_used_mib_max", max),
         throttle_pct=throttle if samples else {},
     )

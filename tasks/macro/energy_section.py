@@ -88,6 +88,13 @@ def energy_table(runs: list[EnergyRun], findings: Findings) -> str:
             + "; ".join(f"{label}: {', '.join(sorted(reasons))}" for label, reasons in throttled)
             + ". A slower level there may be the hardware holding clocks down, not the load.\n"
         )
+    lost = [(run.label, run.telemetry) for run in measured if run.telemetry.samples_lost]
+    if lost:
+        text += (
+            "\n**Samples the source could not read** (left out of the means; the energy counter is unaffected): "
+            + "; ".join(f"{label}: {t.samples_lost} of {t.samples + t.samples_lost}" for label, t in lost)
+            + f" (first: {lost[0][1].sample_error}).\n"
+        )
     plot = power_plot(findings, measured)
     return text + (f"\n![power and SM clock over the runs]({plot})\n" if plot else "")
 

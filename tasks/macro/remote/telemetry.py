@@ -191,6 +191,7 @@ class Sampler:
     def __init__(self, source, interval_s):
         self.source, self.interval_s = source, interval_s
         self.samples, self.stopping = [], threading.Event()
+        self.lost, self.lost_why = 0, None
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def start(self):
@@ -201,10 +202,16 @@ class Sampler:
     def _loop(self):
         beat = 0
         while not self.stopping.is_set():
-            rows = self.source.sample()
+            try:
+                rows = self.source.sample()
+            except (OSError, ValueError) as err:  # one unreadable sample: skipped and counted, not the end
+                self.lost += 1
+                self.lost_why = self.lost_why or f"{type(err).__name__}: {err}"
+                rows = None
             if self.stopping.is_set():
                 break  # stop() came while sampling: this sample is past the window
-            self.samples.append([time.perf_counter() - self.started, rows])
+            if rows is not None:
+                self.samples.append([time.perf_counter() - self.started, rows])
             beat += 1
             self.stopping.wait(max(0.0, self.started + beat * self.interval_s - time.perf_counter()))
 
@@ -223,6 +230,8 @@ class Sampler:
             "energy_wrap_mj": self.source.wrap_mj() if hasattr(self.source, "wrap_mj") else None,
             "fields": ["power_w", "sm_mhz", "mem_mhz", "temp_c", "util_pct", "mem_used_mib", "reasons"],
             "samples": self.samples,
+            "samples_lost": self.lost,
+            "sample_error": self.lost_why,
             "reason_names": {str(bit): name for bit, name in THROTTLE_REASONS.items()},
         }
 
