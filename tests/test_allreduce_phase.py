@@ -32,9 +32,13 @@ def test_the_bench_runs_with_the_servers_service_env_and_the_findings_say_so(tmp
         iterations = 5
         """)
     )
+    segments = set(Path("/dev/shm").glob("orchestrate-*-cpushm_*"))
     done = run_cli(["resume", "--no-check"], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     result = load_state(tmp_path / "state" / "todo.json").by_id()["allreduce_bench"].result
+    # vLLM's shared-memory all-reduce was timed, and its segments (4 MB a rank) are gone afterwards
+    assert result["runs"][0]["vllm_shm_rows"]
+    assert set(Path("/dev/shm").glob("orchestrate-*-cpushm_*")) <= segments
     seen = result["runs"][0]["collective_env"]
     assert seen["NCCL_DEBUG"] == "WARN" and seen["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert "HF_TOKEN" not in seen and "NCCL_NVLS_ENABLE" not in seen  # no CUDA defaults on a CPU host

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -29,6 +30,11 @@ except ImportError:  # run by hand without it: no progress lines
 
 
 COLLECTIVE_ENV_PREFIXES = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES")
+
+
+SHM_SEGMENT = {"name": None}
+"""The vLLM shared-memory segments' base name once this rank set its manager up (each rank's is
+/dev/shm/<name>_<rank>)."""
 
 
 def main():
@@ -88,7 +94,22 @@ def main():
             )
     if rank == 0:
         print(json.dumps(document))
+    if SHM_SEGMENT["name"] is None:
+        dist.destroy_process_group()
+        return
+    # vLLM's shm manager neither removes its segment (4 MB in /dev/shm a rank, every run) nor
+    # ends its thread: at exit a rank aborted now and then ("terminate called without an active
+    # exception", SIGABRT after the document was printed: 1 run in 15 here). Each rank removes its
+    # segment once both are done with them and leaves without the C++ destructors.
+    dist.barrier()
+    try:
+        os.unlink(f"/dev/shm/{SHM_SEGMENT['name']}_{rank}")
+    except OSError:
+        pass
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def vllm_shm_all_reduce(rank, world):
@@ -109,6 +130,7 @@ def vllm_shm_all_reduce(rank, world):
     dist.all_reduce(threads, op=dist.ReduceOp.MIN)
     name = f"orchestrate-{os.environ.get('MASTER_PORT', '0')}-{os.getppid()}-cpushm"
     handle = ops.init_shm_manager(name, world, rank, int(threads.item()))
+    SHM_SEGMENT["name"] = name
     dist.barrier()
     ops.join_shm_manager(handle, name)
     dist.barrier()
