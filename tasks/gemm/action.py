@@ -14,7 +14,7 @@ from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
 from tasks.macro.config import concurrency_levels
 from tasks.model.results import MODEL_FACTS
-from tasks.model.shapes import model_shapes
+from tasks.model.shapes import ModelShapes, model_shapes
 from tasks.service.launch import cores_per_rank
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
@@ -128,7 +128,7 @@ def kv_points(session: Session) -> list[dict[str, int]]:
     return [{"m": m, "context": context} for context in contexts for m in levels]
 
 
-def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model) -> dict:
+def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model: ModelShapes) -> dict:
     """The FP8 KV-cache path against the model's own KV dtype, one attention layer's write and
     decode attention (kv_bench.py), before any experiment: the `fp8_kv_cache` option's input.
     Where it cannot run, the result says why and the option keeps its stated assumption."""
