@@ -51,8 +51,9 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
     """The stored default campaign judges lower_tp with half_tp_gemm_factor assumed (its GEMM micro
     predates the TP/2 rows). A ledger record of an earlier campaign on the same hardware, shape and
     vLLM that measured the factor puts its value in the assumption's place, named (an earlier run of
-    this same configuration counts too); records of another vLLM, or written after this campaign
-    started, do not."""
+    this same configuration counts too); records of another vLLM, written after this campaign
+    started, or of an experiment that applied the option otherwise (a user's own change: another
+    environment here), do not."""
     from test_findings import FIXTURE, assemble
 
     from orchestrator.statefile import load_state
@@ -64,11 +65,12 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
     mine = identity(Findings(None, state, tmp_path))  # type: ignore[arg-type]
     started = min(t.started_at for t in state.todos if t.started_at)
 
-    def measured(campaign: str, factor: float, vllm: str | None, when: str) -> LedgerRecord:
+    def measured(campaign: str, factor: float, vllm: str | None, when: str, change: str = "TP 1") -> LedgerRecord:
         base = record(campaign, "lower_tp", 0.5, 0.1, 0.0, 0.2)
         return base.model_copy(
             update={
                 "id": f"{campaign}/lower_tp/{when}",
+                "change": change,
                 "model": mine.model,
                 "hardware": mine.hardware,
                 "vllm": vllm,
@@ -85,6 +87,7 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
             measured("other-vllm", 9.0, "0.0.1", before),
             measured(state.campaign, 1.75, mine.vllm, before),  # an earlier run of this configuration
             measured("later", 5.0, mine.vllm, after),
+            measured("otherwise", 7.0, mine.vllm, before, change="TP 1; VLLM_CPU_KVCACHE_SPACE=2"),
         ]
     )
     without = assemble(tmp_path / "a")
@@ -118,10 +121,15 @@ def test_what_an_experiment_measured_of_a_speculative_step_and_of_fp8_kv_stands_
 
     state = load_state(FIXTURE)
     mine = identity(Findings(None, state, tmp_path))  # type: ignore[arg-type]
+    from tasks.decisions.earlier import applied_changes
+    from tasks.decisions.rules import load_rules
+
+    applied = applied_changes(load_rules(), 2)
     earlier = [
         record("earlier", option, 0.5, 0.1, 0.0, 0.2).model_copy(
             update={
                 "id": f"earlier/{option}/2020-01-01",
+                "change": applied[option],
                 "model": mine.model,
                 "hardware": mine.hardware,
                 "vllm": mine.vllm,

@@ -3,7 +3,10 @@ one (its `measured` expression over the variant's figures) on the same hardware,
 vLLM version, that measurement stands in for the rules file's value, named as such.
 
 The order of what a formula input is: this campaign's own measurement (vocabulary.MEASURED_IN_PLACE),
-else an earlier campaign's (here), else the stated assumption. Only records written before this
+else an earlier campaign's (here), else the stated assumption. A record counts only where its
+experiment applied the option as this campaign's rules would (the option's default change; any
+change for an option a user must give one for): a speculative step measured with 5 draft tokens,
+or with another drafter, is another quantity than the one this campaign's formula holds. Only records written before this
 campaign started count (an earlier run of the same configuration too), so regenerating a findings
 document later (after more campaigns wrote to the ledger) gives the same record.
 """
@@ -48,13 +51,35 @@ def _moment(when: datetime | str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def applied_changes(rules: Any, tp: int) -> dict[str, str | None]:
+    """Each option of ``rules`` -> the change its experiment applies by default here, as a ledger
+    record writes it (Change.describe); None where the user must give the change (any counts)."""
+    from tasks.experiments.config import default_change  # experiments read the rules: not at import
+
+    return {
+        option.id: (change.describe() if change else None)
+        for option in rules.options
+        for change in [default_change(option, tp)[0]]
+    }
+
+
 def earlier_values(
-    records: list[LedgerRecord], names: set[str], mine: Identity, before: datetime | None
+    records: list[LedgerRecord],
+    names: set[str],
+    mine: Identity,
+    before: datetime | None,
+    changes: dict[str, str | None] | None = None,
 ) -> dict[str, tuple[float, list[str]]]:
-    """Each of ``names`` some matching record measured: the median of their values and the records."""
+    """Each of ``names`` some matching record measured: the median of their values and the records.
+    With ``changes`` (applied_changes), a record counts only for an option those rules hold,
+    applied as they apply it."""
     found: dict[str, list[tuple[float, str]]] = {}
     for record in records:
         if (record.model, record.hardware, record.vllm) != (mine.model, mine.hardware, mine.vllm):
+            continue
+        if changes is not None and (
+            record.option not in changes or changes[record.option] not in (None, record.change)
+        ):
             continue
         # Recorded before this campaign started: a run of this same configuration counts (its spread
         # is what repeats measure); this campaign's own records and later ones do not, so regenerating
@@ -79,7 +104,8 @@ def with_earlier(rules: Any, findings: Any) -> Any:
     started = [todo.started_at for todo in findings.state.todos if todo.started_at]
     before = min(started) if started else None
     names = set(rules.assumptions) | set(DERIVED_FROM_ASSUMPTIONS)
-    values = earlier_values(records, names, identity(findings), before)
+    changes = applied_changes(rules, session.config.service.tensor_parallel)
+    values = earlier_values(records, names, identity(findings), before, changes)
     if not values:
         return rules
     return dataclasses.replace(

@@ -11,12 +11,16 @@ a point of every combination of its parameters (tasks/experiments/grid.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from tasks.decisions.formula import evaluate
 from tasks.models import Section
 from tasks.redaction import redacted_env
+
+if TYPE_CHECKING:
+    from tasks.decisions.rules import OptionSpec
 
 GRID_OPTION = "grid"
 """The option a grid point stands for: a server-parameter sweep, not a decision option."""
@@ -108,3 +112,18 @@ class Experiment:
     """The grid this point belongs to (its [[experiments]] name), None for a decision option."""
     point: tuple[tuple[str, int | float | str], ...] = ()
     """The grid point's parameters, in the grid's order."""
+
+
+def default_change(option: OptionSpec, tp: int) -> tuple[Change | None, str]:
+    """The rule's own `apply`, or None and why it cannot be applied by configuration alone."""
+    apply = option.apply
+    if apply is None or apply.requires:
+        return None, (apply.requires if apply else "the rule has no `apply`")
+    new_tp = apply.tensor_parallel
+    if isinstance(new_tp, str):
+        value = evaluate(new_tp, {"tp": float(tp)})
+        if value is None or value < 1 or value != int(value):
+            return None, f"tensor_parallel = {new_tp} gives {value} at TP {tp}"
+        new_tp = int(value)
+    change = Change(tuple(apply.extra_args), tuple(sorted(apply.env.items())), apply.model, new_tp)
+    return (None, "its `apply` changes nothing") if change.empty else (change, "")

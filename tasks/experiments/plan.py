@@ -11,10 +11,9 @@ from typing import Any
 
 from orchestrator.errors import InputError
 from tasks.decisions.decide import Decision, ShortOf
-from tasks.decisions.formula import evaluate
-from tasks.decisions.rules import OptionSpec, session_rules
+from tasks.decisions.rules import session_rules
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.config import GRID_OPTION, Change, Experiment
+from tasks.experiments.config import GRID_OPTION, Change, Experiment, default_change
 from tasks.experiments.grid import expand
 from tasks.macro.config import concurrency_levels
 from tasks.session import Session
@@ -23,21 +22,6 @@ ELIGIBLE_NOTE = (
     "prioritised options, those not pursued only because TPOT's noise hides them, and"
     " precision trades whose predicted change clears the bar, by predicted gain"
 )
-
-
-def _default_change(option: OptionSpec, tp: int) -> tuple[Change | None, str]:
-    """The rule's own `apply`, or None and why it cannot be applied by configuration alone."""
-    apply = option.apply
-    if apply is None or apply.requires:
-        return None, (apply.requires if apply else "the rule has no `apply`")
-    new_tp = apply.tensor_parallel
-    if isinstance(new_tp, str):
-        value = evaluate(new_tp, {"tp": float(tp)})
-        if value is None or value < 1 or value != int(value):
-            return None, f"tensor_parallel = {new_tp} gives {value} at TP {tp}"
-        new_tp = int(value)
-    change = Change(tuple(apply.extra_args), tuple(sorted(apply.env.items())), apply.model, new_tp)
-    return (None, "its `apply` changes nothing") if change.empty else (change, "")
 
 
 @dataclass(frozen=True)
@@ -94,7 +78,7 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
         given = Change(
             tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model, entry.tensor_parallel
         )
-        change, why = (given, "") if not given.empty else _default_change(option, tp)
+        change, why = (given, "") if not given.empty else default_change(option, tp)
         if change is None:
             raise InputError(
                 f"{session.config_file}: field 'experiments.{index}': option '{entry.option}' has no default"
@@ -112,7 +96,7 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
         for option_id, option in rules.specs.items():
             if option_id in {e.option for e in explicit}:
                 continue
-            change, why = _default_change(option, tp)
+            change, why = default_change(option, tp)
             if change is None:
                 not_applicable[option_id] = why
             else:
