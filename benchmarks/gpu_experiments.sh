@@ -2,7 +2,7 @@
 # The campaign checking its own advice on a CUDA host (the lent H200, vLLM 0.26.0 from
 # ../shared/gpu): the Llama-3.1-8B shape in bf16, dummy weights, TP=1, with
 # `auto_experiments = true` (the options the decision record calls for, with their rules'
-# apply: n-gram speculative decoding, FP8 KV cache) and W4A16 listed (it needs a checkpoint:
+# apply: n-gram speculative decoding with the GPU drafter, FP8 KV cache) and W4A16 listed (it needs a checkpoint:
 # the compressed-tensors W4A16 shape, which vLLM runs with Machete).
 #
 #   benchmarks/gpu_experiments.sh start WORK    the campaign in the background (setsid), returns

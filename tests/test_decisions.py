@@ -53,6 +53,7 @@ BASE = {
     "kv_read_ms": 1.2,
     "layers": 32.0,
     "spec_step_extra_ms": 0.0,
+    "spec_gpu_step_extra_ms": 0.0,
     "half_tp_host_saving_ms": 0.0,
     # 2 µs overhead less 1.2 ms x 0.5 saved over 32 layers, as the rules derive it
     "kv_fp8_layer_delta_us": 2.0 - 1.2 * 0.5 * 1000 / 32,
@@ -101,14 +102,34 @@ DECISION_CASES = [
     ),
     ("lower_tp", {"gemm_ms": 1.0}, "prioritised", "predicted +2.000 ms", 2.0),
     ("lower_tp", {"tp": 4, "gemm_ms": 1.0}, "not pursued", "it would make TPOT worse", -1.0),
-    ("speculative_decoding", {}, "prioritised", "applies: spec_expected_tokens > 1 (spec_expected_tokens = 2)", 4.75),
+    # On CUDA the n-gram drafter runs on the GPU (vLLM keeps async scheduling on); the CPU drafter
+    # applies on CPU hosts. Each pays its own step cost beyond the verify GEMMs.
+    ("speculative_decoding", {}, "not applicable", "cuda == 0 (cuda = 1) is false", 4.75),
     (
         "speculative_decoding",
-        {"spec_expected_tokens": 1.0},
+        {"cuda": 0},
+        "prioritised",
+        "applies: cuda == 0 (cuda = 0); spec_expected_tokens > 1 (spec_expected_tokens = 2)",
+        4.75,
+    ),
+    (
+        "speculative_decoding",
+        {"cuda": 0, "spec_expected_tokens": 1.0},
         "not applicable",
         "spec_expected_tokens > 1 (spec_expected_tokens = 1) is false",
         -0.5,
     ),
+    ("speculative_decoding", {"cuda": 0, "spec_step_extra_ms": 2.5}, "prioritised", "predicted +3.500 ms", 3.5),
+    (
+        "speculative_decoding_gpu",
+        {},
+        "prioritised",
+        "applies: cuda == 1 (cuda = 1); spec_expected_tokens > 1 (spec_expected_tokens = 2)",
+        4.75,
+    ),
+    ("speculative_decoding_gpu", {"cuda": 0}, "not applicable", "cuda == 1 (cuda = 0) is false", 4.75),
+    # the CPU drafter's measured step cost is not the GPU drafter's: 10 - (10 + 0.5 + 0.3) / 2
+    ("speculative_decoding_gpu", {"spec_step_extra_ms": 2.5, "spec_gpu_step_extra_ms": 0.3}, "prioritised", "", 4.6),
     ("int4_weights", {}, "rejected", "compromises precision; not adopted whatever it buys (predicted +2.000 ms", 2.0),
     ("int4_weights", {"quantized": 1}, "rejected", "compromises precision", 2.0),
     ("fp8_kv_cache", {}, "rejected", "(predicted +0.536 ms (+5.4% of TPOT))", 0.536),
@@ -144,7 +165,7 @@ def test_decisions_rank_by_predicted_gain_and_every_option_has_one() -> None:
     figures = {**BASE, "ar_best_us": 12.0, "gemm_ms": 1.0}  # all-reduce 1.8 ms, lower TP 2.0, spec 4.75
     record = decide(figures, load_rules())
     ranked = [(o.id, o.rank) for o in record if o.rank]
-    assert ranked == [("speculative_decoding", 1), ("lower_tp", 2), ("allreduce_implementation", 3)]
+    assert ranked == [("speculative_decoding_gpu", 1), ("lower_tp", 2), ("allreduce_implementation", 3)]
     assert all(o.gain_ms is not None for o in record)
 
 

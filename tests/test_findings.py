@@ -83,6 +83,8 @@ def test_sections_in_campaign_order_with_the_results_figures(tmp_path: Path) -> 
 
 
 def test_the_step_model_adds_up_to_the_profiled_tpot_and_every_option_has_a_prediction(tmp_path: Path) -> None:
+    from tasks.decisions.rules import load_rules
+
     text = assemble(tmp_path)
     state = load_state(FIXTURE).by_id()
     profiled = state["profile_capture"].result["load"]["tpot_ms"]["mean"]
@@ -96,7 +98,7 @@ def test_the_step_model_adds_up_to_the_profiled_tpot_and_every_option_has_a_pred
     options = [
         [c.strip() for c in line.strip("|").split("|")] for line in record.splitlines() if line.startswith("| ")
     ][1:]
-    assert len(options) == 7
+    assert len(options) == len(load_rules().options) == 8
     for option in options:
         assert float(option[2]) == float(option[2]), option  # a predicted change in ms on every row
         assert option[4].startswith("`") and " with " in option[4]  # the formula and its inputs

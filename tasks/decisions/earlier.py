@@ -18,6 +18,7 @@ import statistics
 from datetime import UTC, datetime
 from typing import Any
 
+from tasks.decisions.apply import rule_change
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, load_ledger
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS
 from tasks.host.results import HOST_FACTS
@@ -54,12 +55,10 @@ def _moment(when: datetime | str) -> datetime:
 def applied_changes(rules: Any, tp: int) -> dict[str, str | None]:
     """Each option of ``rules`` -> the change its experiment applies by default here, as a ledger
     record writes it (Change.describe); None where the user must give the change (any counts)."""
-    from tasks.experiments.config import default_change  # experiments read the rules: not at import
-
     return {
         option.id: (change.describe() if change else None)
         for option in rules.options
-        for change in [default_change(option, tp)[0]]
+        for change in [rule_change(option, tp)[0]]
     }
 
 

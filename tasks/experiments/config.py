@@ -11,16 +11,12 @@ a point of every combination of its parameters (tasks/experiments/grid.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.decisions.formula import evaluate
+from tasks.decisions.apply import AppliedChange, rule_change
 from tasks.models import Section
-from tasks.redaction import redacted_env
-
-if TYPE_CHECKING:
-    from tasks.decisions.rules import OptionSpec
 
 GRID_OPTION = "grid"
 """The option a grid point stands for: a server-parameter sweep, not a decision option."""
@@ -75,27 +71,8 @@ EXPERIMENTS_FIELD: Any = (
 )
 
 
-@dataclass(frozen=True)
-class Change:
-    """The server change an experiment applies (resolved from its config and the rule's apply)."""
-
-    extra_args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    model: str | None = None
-    tensor_parallel: int | None = None
-
-    @property
-    def empty(self) -> bool:
-        return not (self.extra_args or self.env or self.model or self.tensor_parallel)
-
-    def describe(self) -> str:
-        parts = [" ".join(self.extra_args)] if self.extra_args else []
-        parts += [f"{k}={v}" for k, v in redacted_env(dict(self.env)).items()]  # values may be tokens
-        if self.model:
-            parts.append(f"model {self.model}")
-        if self.tensor_parallel:
-            parts.append(f"TP {self.tensor_parallel}")
-        return "; ".join(parts) or "no change"
+Change = AppliedChange
+"""The server change an experiment applies (resolved from its config and the rule's apply)."""
 
 
 @dataclass(frozen=True)
@@ -114,16 +91,4 @@ class Experiment:
     """The grid point's parameters, in the grid's order."""
 
 
-def default_change(option: OptionSpec, tp: int) -> tuple[Change | None, str]:
-    """The rule's own `apply`, or None and why it cannot be applied by configuration alone."""
-    apply = option.apply
-    if apply is None or apply.requires:
-        return None, (apply.requires if apply else "the rule has no `apply`")
-    new_tp = apply.tensor_parallel
-    if isinstance(new_tp, str):
-        value = evaluate(new_tp, {"tp": float(tp)})
-        if value is None or value < 1 or value != int(value):
-            return None, f"tensor_parallel = {new_tp} gives {value} at TP {tp}"
-        new_tp = int(value)
-    change = Change(tuple(apply.extra_args), tuple(sorted(apply.env.items())), apply.model, new_tp)
-    return (None, "its `apply` changes nothing") if change.empty else (change, "")
+default_change = rule_change

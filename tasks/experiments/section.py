@@ -115,7 +115,7 @@ def experiments_section(findings: Findings) -> str:
             f" {fmt_ms(v.realised.delta_ms)} ms"
         )
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
-        if v.experiment.option == "speculative_decoding" and spec is not None:
+        if spec is not None:  # the variant drafted: either n-gram drafter, or a grid point of one
             drafts = v.variant_figures.get("x_spec_drafts")
             per_step = v.variant_figures.get("x_spec_tokens_per_step")
             how = provenance("spec_expected_tokens", record.figures, record.assumptions, record.earlier)
