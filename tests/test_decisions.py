@@ -50,6 +50,7 @@ BASE = {
     "kv_fp8_overhead_us_per_layer": 2.0,
     "half_tp_gemm_factor": 2.0,
     "moe_w4a16_time_ratio": 0.5,
+    "moe_w4a16_saving_ms": 0.0,  # moe_ms x (1 - 0.5), as the rules derive it
     "kv_read_ms": 1.2,
     "layers": 32.0,
     "spec_step_extra_ms": 0.0,

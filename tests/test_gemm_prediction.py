@@ -142,8 +142,9 @@ def test_a_level_between_the_timed_batches_reads_the_fused_rows_not_one_experts_
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.gpu_model_shapes import shape
-    from tasks.decisions.estimates import gemm_ms_at, moe_w4a16_ratio, w4a16_delta_ms
+    from tasks.decisions.estimates import gemm_ms_at, w4a16_delta_ms
     from tasks.decisions.figures import KeyFigures
+    from tasks.decisions.moe_estimates import moe_w4a16_saving_ms
     from tasks.gemm.results import GemmResult
     from tasks.model.shapes import model_shapes
 
@@ -166,7 +167,7 @@ def test_a_level_between_the_timed_batches_reads_the_fused_rows_not_one_experts_
     figures = KeyFigures(
         tp=1, rank0=None, breakdown=None, model=None, host=None, gemm=gemm, allreduce=None, decode_tpot_ms=None
     )
-    assert moe_w4a16_ratio(figures, 2.0) == pytest.approx((29.0 + 20.0 / 3) / between)
+    assert moe_w4a16_saving_ms(figures, 48, 2.0) == pytest.approx(48 * (between - (29.0 + 20.0 / 3)) / 1000)
     quantized = shapes.model_copy(update={"layers": [layer for layer in shapes.layers if layer.name != "lm_head"]})
     # qkv and o a layer, bf16 10 µs against W4A16 4 x M µs: at M=2, 2 GEMMs x 48 x (10 - 8) µs
     assert w4a16_delta_ms(quantized, gemm, 2.0) == pytest.approx(2 * 48 * (10.0 - 8.0) / 1000)

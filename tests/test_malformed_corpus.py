@@ -62,9 +62,14 @@ CASES = [
     (
         "decision rules",
         "misspelt assumption",
-        {"r.toml": rules("(1 - moe_w4a16_time_ratio)", "(1 - moe_w4a16_time_rati)")},
+        {
+            "r.toml": rules(
+                "(tp == 2) - (gemm_ms + moe_ms) * (half_tp_gemm_factor - 1)",
+                "(tp == 2) - (gemm_ms + moe_ms) * (half_tp_gemm_factr - 1)",
+            )
+        },
         ["init"],
-        "unknown name 'moe_w4a16_time_rati' (did you mean 'moe_w4a16_time_ratio'?)",
+        "unknown name 'half_tp_gemm_factr' (did you mean 'half_tp_gemm_factor'?)",
     ),
     (
         "decision rules",

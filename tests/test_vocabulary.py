@@ -9,13 +9,15 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from test_findings import FIXTURE, assemble
 
 from orchestrator.statefile import load_state
 from tasks.config import config_model
-from tasks.decisions.estimates import moe_w4a16_ratio, rule_figures
+from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import key_figures
 from tasks.decisions.formula import evaluate
+from tasks.decisions.moe_estimates import moe_w4a16_saving_ms
 from tasks.decisions.rules import RULES_PATH, load_rules
 from tasks.decisions.vocabulary import FIGURES, provenance
 from tasks.gemm.results import GemmRow
@@ -57,22 +59,25 @@ def _row(dtype: str, m: int, us: float) -> GemmRow:
 
 def test_a_moe_micro_row_makes_the_int4_prediction_negative_and_says_it_was_measured() -> None:
     """The H200 Qwen3-MoE case of issue 31: the micro timed Marlin-MoE at 28.8 µs against Triton
-    bf16 at 30.9 (M=1), while the assumption said half; the dense GEMMs as W4A16 were slower."""
+    bf16 at 30.9 (M=1), while the assumption said half; the dense GEMMs as W4A16 were slower. The
+    experts' saving is the micro's difference a layer x the MoE layers, at the step's tokens."""
     rows = [_row("bf16", 1, 30.9), _row("w4a16", 1, 28.8), _row("bf16", 4, 78.2), _row("w4a16", 4, 46.9)]
     figures = SimpleNamespace(gemm=SimpleNamespace(rows=rows), rank0=None, capture_concurrency=1)
-    ratio = moe_w4a16_ratio(figures)
-    assert ratio == 28.8 / 30.9  # M=1: the capture's single stream, not M=4's 0.60
+    saving = moe_w4a16_saving_ms(figures, 48)
+    assert saving == pytest.approx((30.9 - 28.8) * 48 / 1000)  # M=1: the capture's single stream
     figures.capture_concurrency = 4
-    assert moe_w4a16_ratio(figures) == 46.9 / 78.2
+    assert moe_w4a16_saving_ms(figures, 48) == pytest.approx((78.2 - 46.9) * 48 / 1000)
+    assert moe_w4a16_saving_ms(figures, 48, 2.0) == pytest.approx((78.2 - 30.9 - 46.9 + 28.8) / 3 * 48 / 1000 + saving)
+    assert moe_w4a16_saving_ms(SimpleNamespace(gemm=SimpleNamespace(rows=rows[::2]), rank0=None), 48, 1.0) is None
     rules = load_rules()
     option = rules.specs["int4_weights"]
-    values = {"w4a16_gemm_delta_ms": -0.5, "moe_ms": 1.16, "moe_w4a16_time_ratio_micro": ratio}
-    values |= {"moe_w4a16_time_ratio": ratio}  # what rule_figures puts in the assumption's place
+    values = {"w4a16_gemm_delta_ms": -0.5, "moe_ms": 1.16, "moe_w4a16_saving_ms_micro": saving}
+    values |= {"moe_w4a16_saving_ms": saving}  # what rule_figures puts in the derived figure's place
     gain = evaluate(option.gain_ms, values)
-    assert gain is not None and gain < 0  # with the assumed 0.5 it came out +0.08: the wrong sign
-    assert evaluate(option.gain_ms, values | {"moe_w4a16_time_ratio": 0.5}) > 0
-    assert provenance("moe_w4a16_time_ratio", values, rules.assumptions).startswith("measured: gemm_bench")
-    assert provenance("moe_w4a16_time_ratio", {}, rules.assumptions) == "assumed"
+    assert gain is not None and gain < 0  # with the assumed ratio 0.5 it came out +0.08: the wrong sign
+    assert evaluate(option.gain_ms, values | {"moe_w4a16_saving_ms": 1.16 * (1 - 0.5)}) > 0
+    assert provenance("moe_w4a16_saving_ms", values, rules.assumptions).startswith("measured: gemm_bench")
+    assert provenance("moe_w4a16_saving_ms", {}, rules.assumptions) == "assumed: from moe_w4a16_time_ratio"
     assert provenance("spec_expected_tokens", {}, rules.assumptions).startswith("assumed: from spec_accept_rate")
 
 

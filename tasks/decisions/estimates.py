@@ -19,13 +19,13 @@ from tasks.analysis.collectives import counts_as_allreduce, is_allreduce_time
 from tasks.decisions.figures import KeyFigures, w4a16_speedup
 from tasks.decisions.gemm_prediction import (
     HALF_TP,
-    W4A16_COMPARISON,
     predict_gemm,
     predict_gemm_as_w4a16,
     timed_batch_sizes,
 )
 from tasks.decisions.interpolate import linear_between
 from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms
+from tasks.decisions.moe_estimates import moe_w4a16_saving_assumed, moe_w4a16_saving_ms
 from tasks.decisions.ngram_replay import replay
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
 from tasks.gemm.results import GemmResult
@@ -63,7 +63,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["step_wall_ms"] = figures.rank0.wall_ms_per_step if figures.rank0 else None
     out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     out["fits_half_tp"] = _fits_half_tp(figures)
-    out["moe_w4a16_time_ratio_micro"] = moe_w4a16_ratio(figures)
+    out["moe_w4a16_saving_ms_micro"] = moe_w4a16_saving_ms(figures, out["moe_layers"] or 0.0)
     out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
     out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures)
     out.update(assumptions)
@@ -78,6 +78,8 @@ def with_measured_in_place(out: dict[str, float | None], assumptions: dict[str, 
         out["spec_expected_tokens"] = expected_accepted(rate, int(k)) if k is not None and rate is not None else None
     if "kv_fp8_layer_delta_us" not in assumptions:
         out["kv_fp8_layer_delta_us"] = kv_fp8_delta_assumed(out, assumptions)
+    if "moe_w4a16_saving_ms" not in assumptions:
+        out["moe_w4a16_saving_ms"] = moe_w4a16_saving_assumed(out, assumptions)
     for assumed, figure in MEASURED_IN_PLACE.items():
         if (assumed in assumptions or assumed in DERIVED_FROM_ASSUMPTIONS) and out.get(figure) is not None:
             out[assumed] = out[figure]  # no assumption where the campaign measured it
@@ -100,27 +102,6 @@ def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float])
         found = replay([(request.prompt, request.output) for request in kept], min_n, max_n, k)
         memo[(min_n, max_n, k)] = found.tokens_per_step if found else None
     return memo[(min_n, max_n, k)]
-
-
-def moe_w4a16_ratio(figures: KeyFigures, at_tokens: float | None = None) -> float | None:
-    """One MoE layer's routed experts as W4A16 / bf16, from the GEMM micro's `experts_fused` rows
-    (vLLM's fused_marlin_moe against its Triton fused_moe, routing drawn at random), at the
-    captured step's tokens (each format's time linear between the batches timed); None where the
-    micro did not time both formats."""
-    if figures.gemm is None:
-        return None
-    by_m: dict[int, dict[str, float]] = {}
-    for row in figures.gemm.rows:
-        if row.name.removesuffix(W4A16_COMPARISON) == "experts_fused" and row.us:
-            by_m.setdefault(row.m, {})[row.dtype] = row.us
-    both = sorted((m, v["bf16"], v["w4a16"]) for m, v in by_m.items() if "w4a16" in v and "bf16" in v)
-    if not both:
-        return None
-    tokens = at_tokens or (figures.rank0.decode_tokens_per_step if figures.rank0 else None)
-    tokens = tokens or figures.capture_concurrency
-    # each format's time linear between the batches timed, then their ratio
-    bf16 = linear_between([(float(m), us) for m, us, _ in both], tokens)
-    return linear_between([(float(m), us) for m, _, us in both], tokens) / bf16 if bf16 else None
 
 
 def category_ms(figures: KeyFigures, category: str) -> float | None:

@@ -19,13 +19,13 @@ from tasks.decisions.estimates import (
     allreduce_figures,
     gemm_figures,
     gemm_ms_at,
-    moe_w4a16_ratio,
     rule_figures,
     with_measured_in_place,
 )
 from tasks.decisions.figures import KeyFigures
 from tasks.decisions.interpolate import linear_between
 from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us
+from tasks.decisions.moe_estimates import moe_w4a16_saving_ms
 from tasks.decisions.vocabulary import MEASURED_IN_PLACE
 
 NOT_AT_OTHER_LEVELS = (
@@ -67,7 +67,7 @@ def level_figures(
     # the micros at the level's own tokens a step
     out.update(gemm_figures(figures, assumptions, now))
     out.update(allreduce_figures(figures, now))
-    out["moe_w4a16_time_ratio_micro"] = moe_w4a16_ratio(figures, now)
+    out["moe_w4a16_saving_ms_micro"] = moe_w4a16_saving_ms(figures, out.get("moe_layers") or 0.0, now)
     dense = moe = None
     if shapes and gemm:
         dense = _ratio(gemm_ms_at(shapes, gemm, now), gemm_ms_at(shapes, gemm, then))

@@ -17,11 +17,14 @@ from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import ledger_history
 from tasks.decisions.record import predictions_by_level
 from tasks.decisions.rules import Rules
-from tasks.decisions.vocabulary import provenance
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, provenance
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot, workload_metrics
 from tasks.view import Findings, fmt
 
-ASSUMPTION_USERS = {"spec_accept_rate": ("spec_expected_tokens",), "spec_tokens": ("spec_expected_tokens",)}
+ASSUMPTION_USERS = {
+    assumption: tuple(name for name, sources in DERIVED_FROM_ASSUMPTIONS.items() if assumption in sources)
+    for assumption in {source for sources in DERIVED_FROM_ASSUMPTIONS.values() for source in sources}
+}
 """Figures computed from an assumption: an option reading them depends on the assumption too."""
 
 
