@@ -73,6 +73,48 @@ def test_the_proposer_drafts_what_vllms_own_does() -> None:
     assert sum(x != y for x, y in zip(ours, theirs, strict=True)) == 0
 
 
+VLLM_GPU_REFERENCE = """
+import json, sys
+import torch
+from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
+find = NgramGPUKernel._find_first_and_extract_all_n_parallel  # self is not read: called on CPU tensors
+out = []
+for seqs, a, b, k in json.loads(sys.stdin.read()):
+    width = max(max(map(len, seqs)), b + 1)
+    ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs])
+    drafts = find(None, ids, torch.tensor([len(s) for s in seqs]), a, b, k).tolist()
+    out.append([[t for t in d if t >= 0] for d in drafts])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.heavy
+def test_the_gpu_drafter_drafts_what_the_replay_does() -> None:
+    """vLLM's n-gram drafter on the GPU (`ngram_gpu`, the option on CUDA hosts) searches the suffix
+    n-grams in parallel (earliest occurrence of each length, the longest that matched): its tensor
+    code, run here on CPU tensors in a process of its own, drafts the replay's tokens on 1,200 random
+    contexts of small vocabularies, four to a batch (padded, as the GPU's batch is)."""
+    if subprocess.run(
+        [sys.executable, "-c", "import vllm.v1.spec_decode.ngram_proposer_gpu"], capture_output=True
+    ).returncode:
+        pytest.skip("vLLM's GPU n-gram drafter is not importable here")
+    rng = random.Random(7)
+    cases = []
+    for _ in range(300):
+        vocab, min_n = rng.choice([2, 3, 5, 20]), rng.randint(1, 4)
+        seqs = [[rng.randrange(vocab) for _ in range(rng.randint(1, 60))] for _ in range(4)]
+        cases.append((seqs, min_n, rng.randint(min_n, 6), rng.randint(1, 5)))
+    out = subprocess.run(
+        [sys.executable, "-c", VLLM_GPU_REFERENCE], input=json.dumps(cases), capture_output=True, text=True, check=True
+    )
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    ours = [[propose(tokens, a, b, k) for tokens in seqs] for seqs, a, b, k in cases]
+    assert (
+        sum(x != y for batch, other in zip(ours, theirs, strict=True) for x, y in zip(batch, other, strict=True)) == 0
+    )
+    assert sum(1 for batch in ours for draft in batch if draft) > 600  # most contexts drafted something
+
+
 def test_the_replay_stands_in_for_the_assumed_acceptance() -> None:
     rules = load_rules()
     kept = [RequestTokens(prompt=[1, 2, 3, 4], output=[1, 2, 3, 4, 1, 2, 3, 9])]
@@ -84,11 +126,14 @@ def test_the_replay_stands_in_for_the_assumed_acceptance() -> None:
     assert replayed_tokens_per_step(SimpleNamespace(single=None), rules.assumptions) is None
 
 
-def test_the_shipped_rules_replay_the_drafter_their_apply_runs() -> None:
+@pytest.mark.parametrize(
+    ("option", "method"), [("speculative_decoding", "ngram"), ("speculative_decoding_gpu", "ngram_gpu")]
+)
+def test_the_shipped_rules_replay_the_drafter_their_apply_runs(option: str, method: str) -> None:
     rules = load_rules()
-    args = rules.specs["speculative_decoding"].apply.extra_args
+    args = rules.specs[option].apply.extra_args
     config = json.loads(args[args.index("--speculative-config") + 1])
-    assert config["method"] == "ngram"
+    assert config["method"] == method
     assert (config["num_speculative_tokens"], config["prompt_lookup_min"], config["prompt_lookup_max"]) == (
         rules.assumptions["spec_tokens"],
         rules.assumptions["prompt_lookup_min"],
