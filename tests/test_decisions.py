@@ -49,6 +49,7 @@ BASE = {
     "kv_fp8_bytes_ratio": 0.5,
     "kv_fp8_overhead_us_per_layer": 2.0,
     "half_tp_gemm_factor": 2.0,
+    "half_tp_gemm_extra_ms": 4.0,  # (gemm_ms + moe_ms) x (2 - 1), as the rules derive it
     "moe_w4a16_time_ratio": 0.5,
     "moe_w4a16_saving_ms": 0.0,  # moe_ms x (1 - 0.5), as the rules derive it
     "kv_read_ms": 1.2,
@@ -96,13 +97,13 @@ DECISION_CASES = [
     ("lower_tp", {"fits_half_tp": 0.0}, "not applicable", "fits_half_tp == 1 (fits_half_tp = 0) is false", -1.0),
     (
         "lower_tp",
-        {"gemm_ms": 1.0, "fits_half_tp": None},
+        {"half_tp_gemm_extra_ms": 1.0, "fits_half_tp": None},
         "left to investigate",
         "fits_half_tp == 1 (fits_half_tp = not measured) is not known here",
         2.0,
     ),
-    ("lower_tp", {"gemm_ms": 1.0}, "prioritised", "predicted +2.000 ms", 2.0),
-    ("lower_tp", {"tp": 4, "gemm_ms": 1.0}, "not pursued", "it would make TPOT worse", -1.0),
+    ("lower_tp", {"half_tp_gemm_extra_ms": 1.0}, "prioritised", "predicted +2.000 ms", 2.0),
+    ("lower_tp", {"tp": 4, "half_tp_gemm_extra_ms": 1.0}, "not pursued", "it would make TPOT worse", -1.0),
     # On CUDA the n-gram drafter runs on the GPU (vLLM keeps async scheduling on); the CPU drafter
     # applies on CPU hosts. Each pays its own step cost beyond the verify GEMMs.
     ("speculative_decoding", {}, "not applicable", "cuda == 0 (cuda = 1) is false", 4.75),
@@ -142,7 +143,7 @@ DECISION_CASES = [
         "(predicted -0.039 ms (-0.4% of TPOT))",
         -0.039,
     ),
-    ("lower_tp", {"gemm_ms": 1.0, "half_tp_gemm_factor": 1.5}, "prioritised", "predicted +2.500 ms", 2.5),
+    ("lower_tp", {"half_tp_gemm_extra_ms": 0.5}, "prioritised", "predicted +2.500 ms", 2.5),
 ]
 
 
@@ -163,7 +164,7 @@ def test_each_decision_names_the_clause_that_decided_it_with_its_figures(
 
 
 def test_decisions_rank_by_predicted_gain_and_every_option_has_one() -> None:
-    figures = {**BASE, "ar_best_us": 12.0, "gemm_ms": 1.0}  # all-reduce 1.8 ms, lower TP 2.0, spec 4.75
+    figures = {**BASE, "ar_best_us": 12.0, "half_tp_gemm_extra_ms": 1.0}  # all-reduce 1.8 ms, lower TP 2.0, spec 4.75
     record = decide(figures, load_rules())
     ranked = [(o.id, o.rank) for o in record if o.rank]
     assert ranked == [("speculative_decoding_gpu", 1), ("lower_tp", 2), ("allreduce_implementation", 3)]

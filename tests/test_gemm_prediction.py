@@ -47,14 +47,15 @@ def test_routed_experts_are_predicted_from_the_fused_rows_when_timed_else_per_ex
 
 
 def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed_factor() -> None:
-    """lower_tp's GEMM factor from the micro's rows at the TP/2 shapes (timed as such a rank runs
-    them), in place of the rules file's assumed 2.0; the what-if rows never count as today's.
-    Made-up timings, so the factor is known: today's rows 10 µs each, the TP/2 rows 13 µs."""
+    """lower_tp's added GEMM time from the micro's rows at the TP/2 shapes (timed as such a rank
+    runs them), in place of the traced GEMM time x the rules file's assumed factor 2.0; the what-if
+    rows never count as today's. Made-up timings, so the difference is known: today's rows 10 µs
+    each, the TP/2 rows 13 µs."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.gpu_model_shapes import shape
-    from tasks.decisions.estimates import half_tp_factor, rule_figures
+    from tasks.decisions.estimates import half_tp_extra_ms, rule_figures
     from tasks.decisions.figures import KeyFigures
     from tasks.decisions.gemm_prediction import HALF_TP, predict_gemm
     from tasks.decisions.rules import load_rules
@@ -75,9 +76,10 @@ def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed
     assert predict_gemm(today, gemm, 1.0, experts=False).ms_per_step == pytest.approx(
         10.0 * (4 * today.num_layers + 1) / 1000  # qkv, o, gate_up, down a layer; the lm_head
     )
-    assert half_tp_factor(today, gemm, 1.0) == pytest.approx(1.3)
+    calls = 4 * today.num_layers + 1
+    assert half_tp_extra_ms(today, gemm, 1.0) == pytest.approx(3.0 * calls / 1000)
     without = GemmResult(info=info, copy_ceiling_gbps=20.0, rows=rows[: len(rows) // 2], artifact="gemm.json")
-    assert half_tp_factor(today, without, 1.0) is None  # not timed: the assumption stays, and says so
+    assert half_tp_extra_ms(today, without, 1.0) is None  # not timed: the assumption stays, and says so
 
     rules = load_rules()
     facts = ModelFacts(
@@ -94,14 +96,18 @@ def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed
         tp=2, rank0=None, breakdown=None, model=facts, host=None, gemm=gemm, allreduce=None, decode_tpot_ms=None
     )
     measured = rule_figures(figures, rules.assumptions)
-    assert measured["half_tp_gemm_factor"] == pytest.approx(1.3) != rules.assumptions["half_tp_gemm_factor"]
-    assert provenance("half_tp_gemm_factor", measured, rules.assumptions).startswith("measured: gemm_bench")
+    assert measured["half_tp_gemm_extra_ms"] == pytest.approx(3.0 * calls / 1000)
+    assert provenance("half_tp_gemm_extra_ms", measured, rules.assumptions).startswith("measured: gemm_bench")
     figures_without = KeyFigures(
         tp=2, rank0=None, breakdown=None, model=facts, host=None, gemm=without, allreduce=None, decode_tpot_ms=None
     )
     assumed = rule_figures(figures_without, rules.assumptions)
-    assert assumed["half_tp_gemm_factor"] == rules.assumptions["half_tp_gemm_factor"]
-    assert provenance("half_tp_gemm_factor", assumed, rules.assumptions).startswith("assumed")
+    assert assumed["half_tp_gemm_extra_ms"] is None  # no trace here: nothing to multiply the factor by
+    traced = rule_figures(figures_without, rules.assumptions | {"gemm_ms": 0.4}) | {"gemm_ms": 0.4, "moe_ms": 0.1}
+    from tasks.decisions.estimates import half_tp_extra_assumed
+
+    assert half_tp_extra_assumed(traced, rules.assumptions) == pytest.approx(0.5 * (2.0 - 1))
+    assert provenance("half_tp_gemm_extra_ms", assumed, rules.assumptions) == "assumed: from half_tp_gemm_factor"
 
 
 def test_verifying_drafted_tokens_on_a_moe_model_costs_the_experts_the_wider_step_touches() -> None:

@@ -4,6 +4,10 @@ spread of the realised change between repeated campaigns of one configuration.""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
 from tasks.decisions.ledger import LedgerRecord, summary_lines
 
 
@@ -50,7 +54,8 @@ def test_the_summary_is_per_option_with_repeats_and_provenance() -> None:
 def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -> None:
     """The stored default campaign judges lower_tp with half_tp_gemm_factor assumed (its GEMM micro
     predates the TP/2 rows). A ledger record of an earlier campaign on the same hardware, shape and
-    vLLM that measured the factor puts its value in the assumption's place, named (an earlier run of
+    vLLM that measured the factor (as lower_tp's experiments measured it before they measured the
+    added GEMM time itself) puts its value in the assumption's place, named (an earlier run of
     this same configuration counts too); records of another vLLM, written after this campaign
     started, or of an experiment that applied the option otherwise (a user's own change: another
     environment here), do not."""
@@ -96,13 +101,18 @@ def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -
     text = assemble(tmp_path / "b")
     row = next(line for line in text.splitlines() if line.startswith("| - | Halve tensor parallelism"))
     # the median of the earlier campaign's 1.25 and the earlier run of this configuration's 1.75
-    assert "half_tp_gemm_factor = 1.5 (earlier record: median of 2 records, first earlier/lower_tp/2020-01-01" in row, (
+    assert "(earlier record: from half_tp_gemm_factor (median of 2 records, first earlier/lower_tp/2020-01-01" in row, (
         row
     )
     assert "in place of the assumed 2" in row
-    assert "half_tp_gemm_factor = 2 (assumed)" in next(
-        line for line in without.splitlines() if line.startswith("| - | Halve tensor parallelism")
-    )
+    before = next(line for line in without.splitlines() if line.startswith("| - | Halve tensor parallelism"))
+
+    def extra(line: str) -> float:
+        return float(re.search(r"half_tp_gemm_extra_ms = ([\d.]+)", line).group(1))  # type: ignore[union-attr]
+
+    # (gemm_ms + moe_ms) x (factor - 1): the factor 1.5 carried in place of the assumed 2 halves it
+    assert extra(row) == pytest.approx(extra(before) * 0.5, rel=0.01)
+    assert "(assumed: from half_tp_gemm_factor)" in before
     assert "measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead" in text
     assert "half_tp_gemm_factor = 2 (assumed): " not in text  # no sensitivity to a measured input
 

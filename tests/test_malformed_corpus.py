@@ -64,12 +64,12 @@ CASES = [
         "misspelt assumption",
         {
             "r.toml": rules(
-                "(tp == 2) - (gemm_ms + moe_ms) * (half_tp_gemm_factor - 1)",
-                "(tp == 2) - (gemm_ms + moe_ms) * (half_tp_gemm_factr - 1)",
+                "half_tp_gemm_extra_ms + half_tp_host_saving_ms",
+                "half_tp_gemm_extra_ms + half_tp_host_savng_ms",
             )
         },
         ["init"],
-        "unknown name 'half_tp_gemm_factr' (did you mean 'half_tp_gemm_factor'?)",
+        "unknown name 'half_tp_host_savng_ms' (did you mean 'half_tp_host_saving_ms'?)",
     ),
     (
         "decision rules",

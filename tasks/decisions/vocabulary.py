@@ -48,11 +48,12 @@ FIGURES: dict[str, tuple[str, str]] = {
         GEMM,
     ),
     "moe_w4a16_saving_ms": ("moe_ms x (1 - moe_w4a16_time_ratio)", "(assumed)"),
-    "half_tp_gemm_factor_micro": (
-        "a step's GEMMs (dense and experts) as a rank at TP/2 runs them (on CPU with its cores) / today's,"
+    "half_tp_gemm_extra_ms_micro": (
+        "a step's GEMMs (dense and experts) as a rank at TP/2 runs them (on CPU with its cores) minus today's,"
         " at the step's tokens",
         GEMM,
     ),
+    "half_tp_gemm_extra_ms": ("(gemm_ms + moe_ms) x (half_tp_gemm_factor - 1)", "(assumed)"),
     "spec_verify_extra_ms": (
         "a step's GEMMs (dense, and routed experts on a MoE model) at M x (spec_tokens + 1) minus at M",
         GEMM,
@@ -86,6 +87,7 @@ DERIVED_FROM_ASSUMPTIONS = {
     "spec_expected_tokens": ("spec_accept_rate", "spec_tokens"),
     "kv_fp8_layer_delta_us": ("kv_fp8_overhead_us_per_layer", "kv_fp8_bytes_ratio"),
     "moe_w4a16_saving_ms": ("moe_w4a16_time_ratio",),
+    "half_tp_gemm_extra_ms": ("half_tp_gemm_factor",),
 }
 """Figures the rules compute from stated assumptions: assumed too, until measured."""
 
@@ -99,7 +101,7 @@ VARIANT_ONLY = {
 
 MEASURED_IN_PLACE = {
     "moe_w4a16_saving_ms": "moe_w4a16_saving_ms_micro",
-    "half_tp_gemm_factor": "half_tp_gemm_factor_micro",
+    "half_tp_gemm_extra_ms": "half_tp_gemm_extra_ms_micro",
     "spec_expected_tokens": "spec_replay_tokens_per_step",
     "kv_fp8_layer_delta_us": "kv_fp8_layer_delta_us_micro",
 }
@@ -126,7 +128,14 @@ def provenance(
     if name in assumptions:
         return "assumed"
     if name in DERIVED_FROM_ASSUMPTIONS:
-        return "assumed: from " + " and ".join(DERIVED_FROM_ASSUMPTIONS[name])
+        sources = DERIVED_FROM_ASSUMPTIONS[name]
+        carried = [source for source in sources if earlier and source in earlier]
+        if carried and len(carried) == len(sources):
+            return "earlier record: from " + " and ".join(f"{s} ({earlier[s]})" for s in carried)  # type: ignore[index]
+        return "assumed: from " + " and ".join(
+            f"{s} (earlier record: {earlier[s]})" if s in carried else s  # type: ignore[index]
+            for s in sources
+        )
     if name in FIGURES:
         return "measured: " + FIGURES[name][1]
     return "measured by the experiment" if name.startswith("x_") else "unknown"
