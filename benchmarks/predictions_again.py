@@ -1,0 +1,129 @@
+"""A campaign's predictions made again by today's rules, from its stored measurements, beside
+what its experiments realised: every option an experiment checked, at every level both served.
+
+usage: python benchmarks/predictions_again.py TODO_JSON[.gz] CAMPAIGN_TOML [--ledger LEDGER_JSON]
+
+The todo file keeps what the campaign measured before any experiment (the micros, the trace's
+breakdown, the single-stream outputs the drafter is replayed over) and what each experiment's
+variant served. The decision record is computed again from those (nothing is re-run, nothing is
+written); without --ledger no earlier record stands in for an assumption, as in a campaign from a
+clean work folder. Prints the table, then the median |predicted - realised| / |realised| at the
+capture's level and over every level, and how many signs are wrong outside the realised interval.
+A rules change judged here on the run that motivated it is judged in-sample: say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import statistics
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.statefile import load_state  # noqa: E402
+from tasks.config import config_model  # noqa: E402
+from tasks.decisions.record import make_record  # noqa: E402
+from tasks.decisions.rules import campaign_rules  # noqa: E402
+from tasks.decisions.vocabulary import provenance  # noqa: E402
+from tasks.experiments.plan import experiments_run  # noqa: E402
+from tasks.experiments.results import DecisionRecord  # noqa: E402
+from tasks.experiments.verify import Realised, verify  # noqa: E402
+from tasks.registry import UNITS  # noqa: E402
+from tasks.session import Session  # noqa: E402
+from tasks.view import Findings  # noqa: E402
+
+
+@dataclass
+class Row:
+    experiment: str
+    concurrency: int
+    predicted_ms: float | None
+    realised: Realised
+    inputs: str
+    """The inputs of the prediction no measurement of this campaign holds, with where they came from."""
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_ms is None or not self.realised.delta_ms:
+            return None
+        return abs(self.predicted_ms - self.realised.delta_ms) / abs(self.realised.delta_ms)
+
+    @property
+    def wrong_sign(self) -> bool:
+        """Predicted one way, realised the other, with the realised interval clear of zero."""
+        real = self.realised
+        if self.predicted_ms is None or not real.delta_ms or real.low_ms is None or real.high_ms is None:
+            return False
+        return not (real.low_ms <= 0 <= real.high_ms) and self.predicted_ms * real.delta_ms < 0
+
+
+def predictions_again(todo: Path, config_file: Path, ledger: Path | None = None) -> tuple[DecisionRecord, list[Row]]:
+    """The decision record computed again by today's rules from the todo file's measurements, and
+    every experiment's levels checked against it."""
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        state = work / "todo.json"
+        opener = gzip.open if todo.name.endswith(".gz") else open
+        with opener(todo, "rb") as source, state.open("wb") as copy:
+            shutil.copyfileobj(source, copy)
+        reports = work / "reports"
+        reports.mkdir()
+        if ledger:
+            shutil.copy(ledger, reports / "ledger.json")
+        config = config_model(UNITS).model_validate(tomllib.loads(config_file.read_text()))
+        session = Session(config=config, state_path=state, reports_dir=reports, host_factory=lambda: None)
+        findings = Findings(session, load_state(state), reports)
+        record = make_record(findings)
+        rules = campaign_rules(findings)
+        rows = []
+        for experiment in experiments_run(findings):
+            option = record.option(experiment.option)
+            inputs = "; ".join(
+                f"{name} {how}"
+                for name in (option.inputs if option else {})
+                for how in [provenance(name, record.figures, record.assumptions, record.earlier)]
+                if not how.startswith("measured")
+            )
+            for level in verify(findings, record, experiment, rules).levels:
+                rows.append(Row(experiment.name, level.concurrency, level.predicted_ms, level.realised, inputs))
+        return record, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("todo", type=Path)
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--ledger", type=Path, help="earlier records to stand in for assumptions (a ledger.json)")
+    args = parser.parse_args()
+    record, rows = predictions_again(args.todo, args.config, args.ledger)
+    print(f"{args.todo}: the record again, at c={record.concurrency}, TPOT {record.tpot_ms:.3f} ms")
+    print("| experiment | level | predicted ms | realised ms [interval] | predicted / realised | not measured here |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        real = row.realised
+        ratio = "n/a" if row.error is None else f"{row.predicted_ms / real.delta_ms:.2f}"  # type: ignore[operator]
+        predicted = "n/a" if row.predicted_ms is None else f"{row.predicted_ms:+.3f}"
+        print(
+            f"| {row.experiment} | c={row.concurrency} | {predicted} | {real.delta_ms:+.3f}"
+            f" [{real.low_ms:+.3f}, {real.high_ms:+.3f}] | {ratio}{' (wrong sign)' if row.wrong_sign else ''}"
+            f" | {row.inputs or '-'} |"
+        )
+    for label, chosen in (
+        (f"c={record.concurrency}", [r for r in rows if r.concurrency == record.concurrency]),
+        ("every level", rows),
+    ):
+        errors = [r.error for r in chosen if r.error is not None]
+        if errors:
+            print(f"median error at {label}: {100 * statistics.median(errors):.1f}% over {len(errors)} rows")
+    print(f"wrong signs outside the realised interval: {sum(r.wrong_sign for r in rows)}")
+
+
+if __name__ == "__main__":
+    main()

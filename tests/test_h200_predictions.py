@@ -1,0 +1,54 @@
+"""Today's decision rules on two H200 campaigns' stored measurements: the Qwen3-30B-A3B shape (bf16,
+dummy weights, TP 1, vLLM 0.26), run twice by benchmarks/gpu_experiments.sh with FP8 KV, W4A16
+and n-gram speculative decoding as experiments at c = 1, 2 and 4 (the todo files as the H200 left
+them, tests/data/h200_qwen3moe_run{1,2}_todo.json.gz). Real GPU measurements, re-read on CPU by
+benchmarks/predictions_again.py: the record is computed again from what the campaign measured
+before any experiment, and held against what the experiments realised. The W4A16 rule was changed
+after seeing run 2 (in-sample); run 1 was not looked at for it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.predictions_again import predictions_again  # noqa: E402
+
+CONFIG = DATA / "h200_qwen3moe_experiments.toml"
+
+
+@pytest.fixture(scope="module", params=[1, 2])
+def rows(request):
+    record, rows = predictions_again(DATA / f"h200_qwen3moe_run{request.param}_todo.json.gz", CONFIG)
+    assert record.concurrency == 1
+    return rows
+
+
+def test_w4a16_on_the_moe_has_the_right_sign_at_every_level(rows) -> None:
+    """Marlin-MoE saves little at one token a step (30.9 against 28.8 µs a layer) and the dense
+    W4A16 GEMMs are slower at hidden 2048, so W4A16 is slower at c=1; at c=4 the experts' saving
+    (78.2 against 46.9 µs) wins. The traced MoE time x the micro's ratio predicted c=2 at -0.007 ms
+    against +0.101 realised (a wrong sign) and c=4 at 0.73 of the realised; the micro's difference
+    gets both."""
+    int4 = [row for row in rows if row.experiment == "int4_weights"]
+    assert [row.concurrency for row in int4] == [1, 2, 4]
+    assert all(row.predicted_ms is not None for row in int4)
+    assert not any(row.wrong_sign for row in int4)
+    c1, _, c4 = int4
+    assert c1.predicted_ms < 0 < c4.predicted_ms  # type: ignore[operator]
+    assert 0.8 <= c4.predicted_ms / c4.realised.delta_ms <= 1.25  # type: ignore[operator]
+
+
+def test_the_cpu_drafters_step_cost_assumed_zero_makes_speculative_decoding_an_upper_bound(rows) -> None:
+    """vLLM 0.26 turns async scheduling off for the n-gram drafter on the CPU: the host work the base
+    step hid is paid every step, which no micro holds (spec_step_extra_ms, assumed 0). The prediction
+    is then high at every level, as the rules file says it is, and names the assumption."""
+    spec = [row for row in rows if row.experiment == "speculative_decoding"]
+    assert [row.concurrency for row in spec] == [1, 2, 4]
+    assert all(row.predicted_ms > row.realised.delta_ms > 0 for row in spec)  # type: ignore[operator]
+    assert all(row.inputs == "spec_step_extra_ms assumed" for row in spec)
