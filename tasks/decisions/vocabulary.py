@@ -95,7 +95,7 @@ VARIANT_ONLY = {
     "x_spec_mean_acceptance_length": "the variant's mean accepted tokens a speculative step (vLLM's counters)",
     "x_spec_drafts": "the variant's speculative drafts",
     "x_spec_tokens_per_step": "the variant's tokens a decode step: decode tokens / the streamed chunks they"
-    " came in (one a step), else from vLLM's counters: decode tokens / (decode tokens - accepted)",
+    " came in (one a step), or from vLLM's counters, decode tokens / (decode tokens - accepted), where fewer",
 }
 """Names only an experiment's variant has; every figure above also exists as x_<name> after one."""
 

@@ -167,20 +167,21 @@ def spec_tokens_per_step(level: LevelSummary) -> float | None:
     """Tokens a decode step yielded under speculative decoding: the decode tokens (output tokens
     after each request's first) over the streamed chunks after each request's first, a direct
     count of the steps, since vLLM streams a step's tokens in one chunk (the H200's base campaign:
-    1512 chunks for 1512 decode tokens, one a token). vLLM's counters are the fallback (steps =
-    decode tokens - accepted): they count drafts accepted past max_tokens, which the scheduler
-    trims after counting, and so overstate (the H200's Qwen3-MoE: 3.706 from the counters, 3.36
-    counted, 3.349 from the drafter replayed over the base's outputs). Not vLLM's mean acceptance
-    length (1 + accepted / drafts), which leaves out the steps the drafter found nothing for."""
+    1512 chunks for 1512 decode tokens, one a token), and vLLM's counters (steps = decode tokens -
+    accepted), the smaller of the two. Each can only overstate: the counters count drafts accepted
+    past max_tokens, which the scheduler trims after counting (the H200's Qwen3-MoE: 3.706 from the
+    counters, 3.36 counted, 3.349 from the drafter replayed over the base's outputs), and the API
+    server merges a request's outputs into one chunk when the engine gets ahead of the client
+    (vLLM's RequestOutputCollector), which a faster speculative step makes likelier. Not vLLM's mean
+    acceptance length (1 + accepted / drafts), which leaves out the steps the drafter found nothing for."""
     spec = level.spec_decode
     decode_tokens = (level.output_tokens or 0) - (level.completed or 0)
     if spec is None or decode_tokens <= 0:
         return None
-    if level.itl_ms.count:
-        return decode_tokens / level.itl_ms.count
-    if spec.accepted_tokens >= decode_tokens:
-        return None
-    return decode_tokens / (decode_tokens - spec.accepted_tokens)
+    counted = [decode_tokens / level.itl_ms.count] if level.itl_ms.count else []
+    if spec.accepted_tokens < decode_tokens:
+        counted.append(decode_tokens / (decode_tokens - spec.accepted_tokens))
+    return min(counted, default=None)
 
 
 def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, rules: object) -> Verification:
