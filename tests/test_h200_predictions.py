@@ -52,3 +52,27 @@ def test_the_cpu_drafters_step_cost_assumed_zero_makes_speculative_decoding_an_u
     assert [row.concurrency for row in spec] == [1, 2, 4]
     assert all(row.predicted_ms > row.realised.delta_ms > 0 for row in spec)  # type: ignore[operator]
     assert all(row.inputs == "spec_step_extra_ms assumed" for row in spec)
+
+
+def test_the_findings_say_what_the_variant_drafted_for_the_drafting_experiment_only(tmp_path: Path) -> None:
+    """The findings regenerated from run 2's todo file: the calibration line of the speculative
+    experiment names the tokens a step its stream and vLLM's counters gave; W4A16's and FP8's do
+    not (their variants drafted nothing)."""
+    import gzip
+    import subprocess
+
+    state = tmp_path / "todo.json"
+    state.write_bytes(gzip.decompress((DATA / "h200_qwen3moe_run2_todo.json.gz").read_bytes()))
+    subprocess.run(
+        [sys.executable, "-m", "orchestrate", "--config", str(CONFIG), "--state", str(state)]
+        + ["--reports", str(tmp_path / "reports"), "report"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
+    lines = {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **") and "` `" not in line}
+    calibrations = {name: line for name, line in lines.items() if "calibrated" in line and "prediction" in line}
+    assert set(calibrations) == {"fp8_kv_cache", "int4_weights", "speculative_decoding"}
+    assert "The variant's stream: 3.36 tokens a decode step" in calibrations["speculative_decoding"]
+    assert not any("The variant's stream" in calibrations[name] for name in ("fp8_kv_cache", "int4_weights"))

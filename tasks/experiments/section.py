@@ -115,7 +115,8 @@ def experiments_section(findings: Findings) -> str:
             f" {fmt_ms(v.realised.delta_ms)} ms"
         )
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
-        if spec is not None:  # the variant drafted: either n-gram drafter, or a grid point of one
+        drafted = v.experiment.option.startswith("speculative_decoding") or v.variant_figures.get("x_spec_drafts")
+        if spec is not None and drafted:  # either n-gram drafter
             drafts = v.variant_figures.get("x_spec_drafts")
             per_step = v.variant_figures.get("x_spec_tokens_per_step")
             how = provenance("spec_expected_tokens", record.figures, record.assumptions, record.earlier)
