@@ -11,6 +11,8 @@
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
 # (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest.
+# LEDGER=FILE: an earlier campaign's ledger.json put in the reports folder first, so the inputs it
+# measured on this hardware, shape and vLLM stand in for the assumptions (a second campaign).
 #
 # The device returns from a call after at most 10 minutes and the campaign outlives it (its own
 # session); the todo file resumes it if anything stops it.
@@ -64,6 +66,7 @@ TOML
     [ "$SHAPE" = llama8b_bf16 ] || printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
     printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
   fi
+  if [ -n "${LEDGER:-}" ]; then mkdir -p "$dir/reports" && cp "$LEDGER" "$dir/reports/ledger.json"; fi
   # setsid forks (its parent exits at once), so the campaign is found by its command line; the
   # log is appended to: a second start while one runs must not truncate the first one's log.
   (cd "$dir" && setsid nohup python3 -m orchestrate resume >> "$dir/campaign.log" 2>&1 &)
