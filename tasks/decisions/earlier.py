@@ -6,9 +6,10 @@ The order of what a formula input is: this campaign's own measurement (vocabular
 else an earlier campaign's (here), else the stated assumption. A record counts only where its
 experiment applied the option as this campaign's rules would (the option's default change; any
 change for an option a user must give one for): a speculative step measured with 5 draft tokens,
-or with another drafter, is another quantity than the one this campaign's formula holds. Only records written before this
-campaign started count (an earlier run of the same configuration too), so regenerating a findings
-document later (after more campaigns wrote to the ledger) gives the same record.
+or with another drafter, is another quantity than the one this campaign's formula holds. Only
+records written before this campaign started count (an earlier run of the same configuration
+too), so regenerating a findings document later (after more campaigns wrote to the ledger) gives
+the same record.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ W4A16, routing drawn at random) or derived from the stated ratio where the micro
 The saving is the micro's difference, not the trace's MoE time times a ratio: the micro's fused
 call carries the routing kernels (top-k, align) that the trace files apart from the experts'
 GEMMs, so a ratio of the micro's totals applied to the trace's experts undercounts what grows with
-the step's tokens. On the H200's Qwen3-30B-A3B shape at c = 1 / 2 / 4 (realised +0.437 slower,
-+0.101 and +0.991 ms faster), the difference predicted -0.36 / +0.10 / +1.01 ms, the ratio
--0.38 / -0.01 / +0.73.
+the step's tokens. On the H200's Qwen3-30B-A3B shape at c = 1 / 2 / 4 (realised -0.437, +0.101
+and +0.991 ms: slower at one token a step, faster above), the difference predicts -0.358 / +0.080
+/ +0.957 ms, the ratio predicted -0.375 / -0.007 / +0.727 (benchmarks/predictions_again.py).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from tasks.decisions.apply import AppliedChange, rule_change
+from tasks.decisions.apply import AppliedChange
 from tasks.models import Section
 
 GRID_OPTION = "grid"
@@ -89,6 +89,3 @@ class Experiment:
     """The grid this point belongs to (its [[experiments]] name), None for a decision option."""
     point: tuple[tuple[str, int | float | str], ...] = ()
     """The grid point's parameters, in the grid's order."""
-
-
-default_change = rule_change

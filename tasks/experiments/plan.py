@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import InputError
+from tasks.decisions.apply import rule_change
 from tasks.decisions.decide import Decision, ShortOf
 from tasks.decisions.rules import session_rules
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.config import GRID_OPTION, Change, Experiment, default_change
+from tasks.experiments.config import GRID_OPTION, Change, Experiment
 from tasks.experiments.grid import expand
 from tasks.macro.config import concurrency_levels
 from tasks.session import Session
@@ -78,7 +79,7 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
         given = Change(
             tuple(entry.extra_args or ()), tuple(sorted((entry.env or {}).items())), entry.model, entry.tensor_parallel
         )
-        change, why = (given, "") if not given.empty else default_change(option, tp)
+        change, why = (given, "") if not given.empty else rule_change(option, tp)
         if change is None:
             raise InputError(
                 f"{session.config_file}: field 'experiments.{index}': option '{entry.option}' has no default"
@@ -96,7 +97,7 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
         for option_id, option in rules.specs.items():
             if option_id in {e.option for e in explicit}:
                 continue
-            change, why = default_change(option, tp)
+            change, why = rule_change(option, tp)
             if change is None:
                 not_applicable[option_id] = why
             else:
