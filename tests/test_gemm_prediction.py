@@ -55,7 +55,7 @@ def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from benchmarks.gpu_model_shapes import shape
-    from tasks.decisions.estimates import half_tp_extra_ms, rule_figures
+    from tasks.decisions.estimates import half_tp_extra_assumed, half_tp_extra_ms, rule_figures
     from tasks.decisions.figures import KeyFigures
     from tasks.decisions.gemm_prediction import HALF_TP, predict_gemm
     from tasks.decisions.rules import load_rules
@@ -103,9 +103,8 @@ def test_the_gemms_at_half_the_tp_measured_by_the_micro_stand_in_for_the_assumed
     )
     assumed = rule_figures(figures_without, rules.assumptions)
     assert assumed["half_tp_gemm_extra_ms"] is None  # no trace here: nothing to multiply the factor by
-    traced = rule_figures(figures_without, rules.assumptions | {"gemm_ms": 0.4}) | {"gemm_ms": 0.4, "moe_ms": 0.1}
-    from tasks.decisions.estimates import half_tp_extra_assumed
-
+    # with a trace: its GEMM and MoE time x (the assumed factor - 1)
+    traced = {"gemm_ms": 0.4, "moe_ms": 0.1}
     assert half_tp_extra_assumed(traced, rules.assumptions) == pytest.approx(0.5 * (2.0 - 1))
     assert provenance("half_tp_gemm_extra_ms", assumed, rules.assumptions) == "assumed: from half_tp_gemm_factor"
 
