@@ -115,9 +115,9 @@ def experiments_section(findings: Findings) -> str:
             f" {fmt_ms(v.realised.delta_ms)} ms"
         )
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
-        drafted = v.experiment.option.startswith("speculative_decoding") or v.variant_figures.get("x_spec_drafts")
-        if spec is not None and drafted:  # either n-gram drafter
-            drafts = v.variant_figures.get("x_spec_drafts")
+        drafts = v.variant_figures.get("x_spec_drafts")
+        # a speculative option (either drafter), or another variant that drafted (a grid point)
+        if spec is not None and (v.experiment.option.startswith("speculative_decoding") or drafts):
             per_step = v.variant_figures.get("x_spec_tokens_per_step")
             how = provenance("spec_expected_tokens", record.figures, record.assumptions, record.earlier)
             line += (
