@@ -92,7 +92,8 @@ def test_a_slow_run_is_measured_again_and_left_out_when_the_rerun_agrees(tmp_pat
     noise = single["noise"]
     assert [run["tpot_ms_mean"] > 9 for run in noise["discarded"]] == [True]  # 3 x 4 ms, left out
     assert all(3.5 < run["tpot_ms_mean"] < 6 for run in noise["runs"])  # the three kept: the pace
-    assert noise["notes"][0].startswith("run 2 (mean TPOT 12.") and "left out" in noise["notes"][0]
+    noted = re.match(r"run 2 \(mean TPOT ([\d.]+) ms\)", noise["notes"][0])  # 3 x 4 ms, give or take delivery
+    assert noted and 9 < float(noted.group(1)) < 15 and "left out" in noise["notes"][0]
     assert 3.5 < single["tpot_ms"]["mean"] < 6 and single["completed"] == 6  # the pooled figures: kept runs only
     assert "outlier flagged" not in findings and "- single stream: run 2 (mean TPOT" in findings
 
