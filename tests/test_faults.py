@@ -52,6 +52,7 @@ def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_compl
         single_stream_requests = 2
         concurrency_max = 4
         requests_per_level = 48
+        repeats = 1
         """)
     )
     state_path = tmp_path / "state" / "todo.json"
