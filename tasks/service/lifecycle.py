@@ -293,8 +293,9 @@ class ServiceLifecycle:
             bar.update(task, completed=progress.shard_percent or 0, description=progress.describe())
             if progress.fatal_line:
                 time.sleep(1)  # let the rest of the traceback reach the log
+                read_log()
                 raise TaskFailed(
-                    f"vLLM failed to start on {host.name}: {self.masked(progress.fatal_line)}", output_tail=log_tail()
+                    f"vLLM failed to start on {host.name}: {self.masked(progress.failure())}", output_tail=log_tail()
                 )
             status, _ = host.http_get(cfg.port, "/health", timeout_s=2)
             if status == 200:
@@ -338,8 +339,9 @@ class ServiceLifecycle:
             progress = workers[node.index].read_new()
             if progress.fatal_line:
                 time.sleep(1)
+                progress = workers[node.index].read_new()
                 raise TaskFailed(
-                    f"vLLM failed to start on {node.label}: {self.masked(progress.fatal_line)}",
+                    f"vLLM failed to start on {node.label}: {self.masked(progress.failure())}",
                     output_tail=self.node_log_tail(node),
                 )
             if self.our_pid(node) is None:

@@ -31,6 +31,7 @@ class LoadSummary(Result):
     moe_method: str | None = None
     startup_complete: bool = False
     fatal_line: str | None = None
+    fatal_cause: str | None = None
     lines_seen: int = 0
     phases_seen: list[str] = Field(default_factory=list)
 

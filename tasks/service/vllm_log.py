@@ -44,6 +44,12 @@ FATAL = [
     re.compile(r"Address already in use"),
 ]
 
+# An exception vLLM logged at ERROR level (a worker's traceback, each line behind the logger's prefix):
+# its last line names the cause that "EngineCore failed to start" only reports.
+LOGGED_EXCEPTION = re.compile(r"\bERROR\b[^\]]*\]\s+((?:[A-Za-z_][\w.]*)?(?:Error|Exception)\w*: .+)$")
+WRAPPERS = ("Exception: WorkerProc initialization failed", "RuntimeError: Engine core initialization failed")
+"""The exceptions that only wrap a cause logged before them."""
+
 
 def _seconds(clock: str) -> float | None:
     parts = clock.strip().split(":")
@@ -106,6 +112,15 @@ class LoadProgress(LoadSummary):
             self.phase = "ready"
         if self.fatal_line is None and any(pattern.search(line) for pattern in FATAL):
             self.fatal_line = line.strip()
+        if self.fatal_cause is None and (match := LOGGED_EXCEPTION.search(line.strip())):
+            if not match[1].startswith(WRAPPERS):
+                self.fatal_cause = match[1]
+
+    def failure(self) -> str:
+        """The fatal line, and the cause a worker logged before it where the line does not say it."""
+        fatal = self.fatal_line or "?"
+        cause = self.fatal_cause
+        return fatal if not cause or cause in fatal else f"{fatal} (cause: {cause})"
 
     def _server_choices(self, line: str) -> None:
         """What vLLM chose: quantization, graphs, attention backend, GEMM and MoE kernels."""
