@@ -10,7 +10,8 @@
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
-# (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest.
+# (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest;
+# SHAPE=kimik2_4layer_int4: the Kimi-K2 shape (MLA, int4 Marlin MoE), FP8 KV listed, no W4A16 twin.
 # LEDGER=FILE: an earlier campaign's ledger.json put in the reports folder first, so the inputs it
 # measured on this hardware, shape and vLLM stand in for the assumptions (a second campaign).
 #
@@ -21,12 +22,15 @@ what=$1; WORK=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-SHAPE=${SHAPE:-llama8b_bf16}; QUANT=${SHAPE%_bf16}_w4a16; TAG=${SHAPE%_bf16}
+SHAPE=${SHAPE:-llama8b_bf16}; TAG=${SHAPE%_bf16}
+# A bf16 shape gets its W4A16 twin for the int4 experiment; a shape quantized already
+# (kimik2_4layer_int4) has none, and the rules leave int4_weights out for it.
+QUANT=""; [ "$TAG" != "$SHAPE" ] && QUANT=${TAG}_w4a16
 dir="$WORK/${TAG}_exp"
 if [ "$what" = start ]; then
   mkdir -p "$WORK/models" "$dir"
   [ -f "$WORK/tok/tokenizer.json" ] || python3 "$ROOT/tasks/model/remote/make_tiny_model.py" "$WORK/tok" >/dev/null
-  for shape in "$SHAPE" "$QUANT"; do
+  for shape in "$SHAPE" ${QUANT:+"$QUANT"}; do
     python3 "$ROOT/benchmarks/gpu_model_shapes.py" "$WORK/tok" "$WORK/models/$shape" "$shape" || exit 1
   done
   cat > "$dir/campaign.toml" <<TOML
@@ -64,7 +68,7 @@ TOML
     printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
   else
     [ "$SHAPE" = llama8b_bf16 ] || printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
-    printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
+    [ -z "$QUANT" ] || printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
   fi
   if [ -n "${LEDGER:-}" ]; then mkdir -p "$dir/reports" && cp "$LEDGER" "$dir/reports/ledger.json"; fi
   # setsid forks (its parent exits at once), so the campaign is found by its command line; the
