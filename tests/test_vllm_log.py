@@ -67,7 +67,7 @@ def test_a_failed_start_names_the_cause_a_worker_logged_before_it() -> None:
         "(EngineCore pid=22898) ERROR 12-05 09:24:20 [core.py:1510] Exception: WorkerProc initialization failed"
         " due to an exception in a background process. See stack trace for root cause.\n"
     )
-    assert progress.fatal_cause and progress.fatal_cause.startswith("RuntimeError: pin_memory=True requires")
+    assert progress.logged_exception and progress.logged_exception.startswith("RuntimeError: pin_memory=True requires")
     assert progress.failure().endswith(
         "EngineCore failed to start. (cause: RuntimeError: pin_memory=True requires a CUDA or other accelerator"
         " backend; no pinned memory allocator is available on this system.)"

@@ -31,7 +31,7 @@ class LoadSummary(Result):
     moe_method: str | None = None
     startup_complete: bool = False
     fatal_line: str | None = None
-    fatal_cause: str | None = None
+    logged_exception: str | None = None  # the first exception vLLM logged at ERROR level (a fatal line's cause)
     lines_seen: int = 0
     phases_seen: list[str] = Field(default_factory=list)
 

@@ -112,14 +112,14 @@ class LoadProgress(LoadSummary):
             self.phase = "ready"
         if self.fatal_line is None and any(pattern.search(line) for pattern in FATAL):
             self.fatal_line = line.strip()
-        if self.fatal_cause is None and (match := LOGGED_EXCEPTION.search(line.strip())):
+        if self.logged_exception is None and (match := LOGGED_EXCEPTION.search(line.strip())):
             if not match[1].startswith(WRAPPERS):
-                self.fatal_cause = match[1]
+                self.logged_exception = match[1]
 
     def failure(self) -> str:
         """The fatal line, and the cause a worker logged before it where the line does not say it."""
         fatal = self.fatal_line or "?"
-        cause = self.fatal_cause
+        cause = self.logged_exception
         return fatal if not cause or cause in fatal else f"{fatal} (cause: {cause})"
 
     def _server_choices(self, line: str) -> None:
