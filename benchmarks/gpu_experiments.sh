@@ -88,4 +88,7 @@ echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/ca
 pack="$WORK/pack"; mkdir -p "$pack"
 cp "$dir"/reports/h200-*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
+# vLLM's n-gram drafters timed over this campaign's recorded outputs (the GPU kernel on this GPU)
+timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.json" "$dir/reports/ledger.json" \
+  > "$pack/ngram_drafter_time.txt" 2>&1 || true
 tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"
