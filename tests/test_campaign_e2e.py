@@ -63,6 +63,7 @@ def direct_count(trace_path: Path) -> dict[str, float]:
     return {
         "steps": len(steps),
         "calls_per_step": calls / len(steps),
+        "wall_ms_per_step": sum(end - start for start, end in steps) / 1000 / len(steps),
         "comm_ms_per_step": comm_us / 1000 / len(steps),
         "op_ms_per_step": op_us / 1000 / len(steps),
     }
@@ -111,6 +112,8 @@ def test_findings_agree_with_direct_count_over_traces(campaign: Path) -> None:
         direct = direct_count(folder / manifest["ranks"][str(rank["rank"])])
         comm = rank["categories"]["communication"]
         assert rank["decode_steps"] == direct["steps"]
+        # the step wall lower_tp's host saving reads (TPOT less it): the annotations' own durations
+        assert rank["wall_ms_per_step"] == pytest.approx(direct["wall_ms_per_step"], rel=1e-6)
         assert comm["calls_per_step"] == direct["calls_per_step"]  # exact
         assert comm["ms_per_step"] == pytest.approx(direct["comm_ms_per_step"], rel=1e-6)
         # The share's denominator counted independently too: every CPU op, matched or not.
@@ -172,6 +175,13 @@ def test_experiments_check_the_decision_record(campaign: Path) -> None:
         predicted = next(o["gain_ms"] for o in record["options"] if o["id"] == entry["option"])
         assert entry["predicted_ms"] == pytest.approx(predicted)
         assert f"| {entry['experiment']} |" in findings
+    # lower_tp's host saving at TP 2: TPOT less the traced step wall (the direct count above checks the wall).
+    figures = record["figures"]
+    wall = state["analysis_breakdown"].result["ranks"][0]["wall_ms_per_step"]
+    assert figures["step_wall_ms"] == wall
+    assert figures["half_tp_host_saving_ms"] == pytest.approx(max(0.0, figures["tpot_ms"] - wall))
+    lower = next(entry for entry in ledger if entry["option"] == "lower_tp")
+    assert lower["provenance"]["half_tp_host_saving_ms"].startswith("measured: analysis_breakdown")
     # The variant at TP 1 was captured: its trace has no all-reduce.
     tp1 = state["exp_lower_tp_analysis_breakdown"].result["ranks"]
     assert len(tp1) == 1 and tp1[0]["categories"]["communication"]["calls_per_step"] == 0
