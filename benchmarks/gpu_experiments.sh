@@ -12,6 +12,8 @@
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
 # (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest;
 # SHAPE=kimik2_4layer_int4: the Kimi-K2 shape (MLA, int4 Marlin MoE), FP8 KV listed, no W4A16 twin.
+# GPU_MEM=0.9: the server's --gpu-memory-utilization (0.5 by default; the Qwen3-MoE shape's 61 GB of
+# bf16 weights need 0.9 on an 80 GB H100).
 # LEDGER=FILE: an earlier campaign's ledger.json put in the reports folder first, so the inputs it
 # measured on this hardware, shape and vLLM stand in for the assumptions (a second campaign).
 #
@@ -45,7 +47,7 @@ python = "python3"
 model = "$WORK/models/$SHAPE"
 tensor_parallel = 1
 command = ["python3", "-m", "vllm.entrypoints.cli.main", "serve", "{model}", "--port", "{port}", "-tp", "{tp}",
-           "--max-model-len", "2048", "--gpu-memory-utilization", "0.5", "--load-format", "dummy",
+           "--max-model-len", "2048", "--gpu-memory-utilization", "${GPU_MEM:-0.5}", "--load-format", "dummy",
            "--profiler-config", "{profiler_config}"]
 env = { VLLM_USE_FLASHINFER_SAMPLER = "0", HF_HUB_OFFLINE = "1", VLLM_NO_USAGE_STATS = "1" }
 ready_deadline_s = 420
