@@ -512,3 +512,33 @@ def test_a_failure_with_the_server_up_says_so_and_how_to_stop_it(tmp_path: Path,
     assert "`orchestrate stop` stops it" in result.stderr
     stopped = run_cli(["stop"], tmp_path, timeout=120)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_an_experiment_stays_by_its_own_todo_ids_not_by_a_prefix_another_shares(tmp_path: Path) -> None:
+    """A real GPU campaign's todo file (tests/data/h100_qwen3moe_todo.json.gz: `auto` chose
+    speculative_decoding_gpu; the CPU drafter's option does not apply on CUDA). "Already in the todo
+    file" was a prefix match, and exp_speculative_decoding_ begins speculative_decoding_gpu's ids,
+    so the campaign grew the CPU drafter's experiment beyond max_experiments (found on the H100)."""
+    import gzip
+
+    from tasks.config import load_config
+    from tasks.plan import build_campaign
+    from tasks.registry import UNITS
+    from tasks.session import Session
+
+    data = Path(__file__).parent / "data"
+    document = json.loads(gzip.decompress((data / "h100_qwen3moe_todo.json.gz").read_bytes()))
+    cpu_drafter = "exp_speculative_decoding_"
+
+    def cpu_drafters(todo_id: str) -> bool:
+        return todo_id.startswith(cpu_drafter) and not todo_id.startswith(cpu_drafter + "gpu_")
+
+    # the file as the campaign was before its grown CPU-drafter todos
+    document["todos"] = [t for t in document["todos"] if not cpu_drafters(t["id"])]
+    state_path = tmp_path / "todo.json"
+    state_path.write_text(json.dumps(document))
+    config, _ = load_config(data / "h100_qwen3moe_experiments.toml", UNITS)
+    session = Session(config=config, state_path=state_path, reports_dir=tmp_path, host_factory=lambda: None)
+    grown = {spec.id for spec in build_campaign(session, UNITS).grow(load_state(state_path))}  # type: ignore[misc]
+    assert "exp_speculative_decoding_gpu_service_ready" in grown  # the one the record chose stays
+    assert not [i for i in grown if cpu_drafters(i)]

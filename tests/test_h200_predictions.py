@@ -76,3 +76,23 @@ def test_the_findings_say_what_the_variant_drafted_for_the_drafting_experiment_o
     assert set(calibrations) == {"fp8_kv_cache", "int4_weights", "speculative_decoding"}
     assert "The variant's stream: 3.36 tokens a decode step" in calibrations["speculative_decoding"]
     assert not any("The variant's stream" in calibrations[name] for name in ("fp8_kv_cache", "int4_weights"))
+
+
+def test_an_h100_campaign_out_of_sample_fp8_kv_and_w4a16_at_the_levels_above_one() -> None:
+    """The same campaign on an H100 80GB (tests/data/h100_qwen3moe_todo.json.gz): hardware no rule
+    was tuned on, and the KV micro's second version (the server's K/V views, FA3's 32-split
+    schedule). FP8 KV at c=2 and c=4 and W4A16 at c=2 and c=4 land within 0.8-1.25 of what the
+    experiments realised; FP8 KV at c=1 is inside its realised interval. W4A16 at c=1 is the miss
+    (+0.085 predicted, -0.078 realised in [-0.160, -0.005]): the traced device work fell 0.155 ms
+    (the micro: 0.085), and the step's time beyond it grew (no input holds that): counted
+    as a wrong sign, not hidden."""
+    record, rows = predictions_again(DATA / "h100_qwen3moe_todo.json.gz", DATA / "h100_qwen3moe_experiments.toml")
+    assert record.concurrency == 1
+    by = {(row.experiment, row.concurrency): row for row in rows}
+    for key in [("fp8_kv_cache", 2), ("fp8_kv_cache", 4), ("int4_weights", 2), ("int4_weights", 4)]:
+        row = by[key]
+        assert 0.8 <= row.predicted_ms / row.realised.delta_ms <= 1.25, key  # type: ignore[operator]
+    fp8_c1 = by[("fp8_kv_cache", 1)]
+    assert fp8_c1.realised.low_ms <= fp8_c1.predicted_ms <= fp8_c1.realised.high_ms  # type: ignore[operator]
+    assert by[("int4_weights", 1)].wrong_sign
+    assert ("speculative_decoding_gpu", 1) not in by  # its experiment had not served when the device went

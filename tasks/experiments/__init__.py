@@ -16,7 +16,7 @@ from collections.abc import Callable
 from orchestrator.campaign import Need, TaskContext, TaskSpec
 from orchestrator.schema import Priority, Status, TodoState
 from tasks.decisions.record import DecisionRecord, make_record
-from tasks.experiments.chain import chain_specs, need_name, scope, variant_session
+from tasks.experiments.chain import chain_ids, chain_specs, need_name, variant_session
 from tasks.experiments.config import EXPERIMENTS_FIELD
 from tasks.experiments.plan import check_campaign_inputs, chosen_by_record, configured
 from tasks.experiments.results import DECISION_RECORD
@@ -81,8 +81,10 @@ def _grow(session: Session, state: TodoState, units: dict[str, PhaseUnit]) -> li
             session.config.campaign.max_experiments,
             session.config.campaign.auto_rank_concurrency,
         )
-    # An experiment already in the todo file stays, whatever a later record chose.
-    picked += [e for e in candidates.values() if e not in picked and any(i.startswith(scope(e)) for i in todos)]
+    # An experiment already in the todo file stays, whatever a later record chose. Its own todo ids,
+    # not a prefix: "exp_speculative_decoding_" begins speculative_decoding_gpu's ids too (a GPU
+    # campaign then grew the CPU drafter's experiment, which its rules said does not apply there).
+    picked += [e for e in candidates.values() if e not in picked and any(i in todos for i in chain_ids(e).values())]
     return [spec for experiment in picked for spec in chain_specs(session, experiment, units)]
 
 
