@@ -45,7 +45,8 @@ def _kernels():
 
 
 def bench_point(spec, m, context, kv_dtype, repeats, kernels, quant_us):
-    """One point's row. ``quant_us`` holds the query quantisation's time by batch size: it does
+    """One point's row. ``quant_us`` holds the query quantisation's time by batch size (µs, and why torch's
+    ops were timed where vLLM's kernel refused): it does
     not depend on the context, so each batch size is timed once and every context's row shares it
     (timed at each, one outlier had made a row's FP8 change 2x its neighbours')."""
     write_op, attention_op, schedule, quantise_op = kernels
@@ -146,15 +147,18 @@ def bench_point(spec, m, context, kv_dtype, repeats, kernels, quant_us):
     if fp8:
         if m not in quant_us:
             flat = query.reshape(m, q_heads * head).contiguous()
+            refused = None
             try:
                 quant_s = time_rotations([lambda: quantise_op(flat, scale)] * 2, device, repeats)[0]
             except Exception as err:  # noqa: BLE001 - the op's signature differs in this vLLM
-                notes.append(f"scaled_fp8_quant refused ({type(err).__name__}): torch's ops timed")
+                refused = f"scaled_fp8_quant refused ({type(err).__name__}): torch's ops timed"
                 torch_quant = [lambda: (flat / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)] * 2
                 quant_s = time_rotations(torch_quant, device, repeats)[0]
-            quant_us[m] = quant_s * 1e6
-        row["query_quant_us"] = quant_us[m]
-        row["us"] += quant_us[m]
+            quant_us[m] = (quant_s * 1e6, refused)
+        quant, refused = quant_us[m]
+        notes += [refused] if refused else []
+        row["query_quant_us"] = quant
+        row["us"] += quant
     if notes:
         row["note"] = "; ".join(notes)
     return row
@@ -178,7 +182,7 @@ def main():
         except Exception as err:  # noqa: BLE001 - no vLLM or no FlashAttention-3 on this host
             skipped = f"vLLM's kernels unavailable ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
     rows = []
-    quant_us: dict[int, float] = {}
+    quant_us: dict[int, tuple[float, str | None]] = {}
     for point in spec["points"]:
         for kv_dtype in ("auto", "fp8"):
             base = {"m": point["m"], "context": point["context"], "kv_dtype": kv_dtype}
