@@ -6,7 +6,8 @@
 # the compressed-tensors W4A16 shape, which vLLM runs with Machete).
 #
 #   benchmarks/gpu_experiments.sh start WORK    the campaign in the background (setsid), returns
-#     (MODE=fp8: no auto, only the FP8 KV-cache experiment, which auto leaves out below the bar)
+#     (MODE=fp8: no auto, only the FP8 KV-cache experiment, which auto leaves out below the bar;
+#      MODE=spec: no auto, only the GPU n-gram drafter's experiment: about 9 minutes where device time is short)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
@@ -38,7 +39,7 @@ if [ "$what" = start ]; then
   cat > "$dir/campaign.toml" <<TOML
 [campaign]
 name = "h200-${TAG}-experiments${MODE:+-$MODE}"
-auto_experiments = $([ "${MODE:-auto}" = fp8 ] && echo false || echo true)
+auto_experiments = $([ "${MODE:-auto}" = auto ] && echo true || echo false)
 max_experiments = 3
 [host]
 kind = "local"
@@ -68,6 +69,8 @@ stop_timeout_s = 300
 TOML
   if [ "${MODE:-auto}" = fp8 ]; then
     printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
+  elif [ "${MODE:-auto}" = spec ]; then
+    printf '[[experiments]]\noption = "speculative_decoding_gpu"\n' >> "$dir/campaign.toml"
   else
     [ "$SHAPE" = llama8b_bf16 ] || printf '[[experiments]]\noption = "fp8_kv_cache"\n' >> "$dir/campaign.toml"
     [ -z "$QUANT" ] || printf '[[experiments]]\noption = "int4_weights"\nmodel = "%s"\n' "$WORK/models/$QUANT" >> "$dir/campaign.toml"
