@@ -9,6 +9,7 @@
 #     (MODE=fp8: no auto, only the FP8 KV-cache experiment, which auto leaves out below the bar;
 #      MODE=spec: no auto, only the GPU n-gram drafter's experiment: about 9 minutes where device time is short)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
+#     (still running at SECONDS: OUT/partial.tar.gz, the todo file and log so far)
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
 # (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest;
@@ -87,7 +88,9 @@ end=$(( $(date +%s) + LIMIT ))
 running() { pgrep -f "[o]rchestrate resume" >/dev/null; }
 while running && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
 if running; then
-  echo "still running"; grep -aE "^\[" "$dir/campaign.log" | tail -15; exit 0
+  # what the campaign has so far comes back too: a lease can end before the next call
+  echo "still running"; grep -aE "^\[" "$dir/campaign.log" | tail -15
+  tar -czf "$OUT/partial.tar.gz" -C "$dir" state/todo.json campaign.log 2>/dev/null; exit 0
 fi
 echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
 pack="$WORK/pack"; mkdir -p "$pack"
