@@ -8,6 +8,9 @@ after seeing run 2 (in-sample); run 1 was not looked at for it."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +23,24 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.predictions_again import predictions_again  # noqa: E402
 
 CONFIG = DATA / "h200_qwen3moe_experiments.toml"
+
+
+def _calibration_lines(tmp_path: Path, todo: str, config: str) -> dict[str, str]:
+    """The findings regenerated from a stored todo file (`orchestrate report`): each experiment's
+    calibration line, by experiment."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    state = tmp_path / "todo.json"
+    state.write_bytes(gzip.decompress((DATA / todo).read_bytes()))
+    subprocess.run(
+        [sys.executable, "-m", "orchestrate", "--config", str(DATA / config), "--state", str(state)]
+        + ["--reports", str(tmp_path / "reports"), "report"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
+    lines = {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **") and "` `" not in line}
+    return {name: line for name, line in lines.items() if "calibrated" in line and "prediction" in line}
 
 
 @pytest.fixture(scope="module", params=[1, 2])
@@ -58,21 +79,7 @@ def test_the_findings_say_what_the_variant_drafted_for_the_drafting_experiment_o
     """The findings regenerated from run 2's todo file: the calibration line of the speculative
     experiment names the tokens a step its stream and vLLM's counters gave; W4A16's and FP8's do
     not (their variants drafted nothing)."""
-    import gzip
-    import subprocess
-
-    state = tmp_path / "todo.json"
-    state.write_bytes(gzip.decompress((DATA / "h200_qwen3moe_run2_todo.json.gz").read_bytes()))
-    subprocess.run(
-        [sys.executable, "-m", "orchestrate", "--config", str(CONFIG), "--state", str(state)]
-        + ["--reports", str(tmp_path / "reports"), "report"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
-    lines = {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **") and "` `" not in line}
-    calibrations = {name: line for name, line in lines.items() if "calibrated" in line and "prediction" in line}
+    calibrations = _calibration_lines(tmp_path, "h200_qwen3moe_run2_todo.json.gz", CONFIG.name)
     assert set(calibrations) == {"fp8_kv_cache", "int4_weights", "speculative_decoding"}
     assert "The variant's stream: 3.36 tokens a decode step" in calibrations["speculative_decoding"]
     assert not any("The variant's stream" in calibrations[name] for name in ("fp8_kv_cache", "int4_weights"))
@@ -98,24 +105,6 @@ def test_an_h100_campaign_out_of_sample_fp8_kv_and_w4a16_at_the_levels_above_one
     assert ("speculative_decoding_gpu", 1) not in by  # its experiment had not served when the device went
 
 
-def _calibration_lines(tmp_path: Path, todo: str, config: str) -> dict[str, str]:
-    import gzip
-    import subprocess
-
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    state = tmp_path / "todo.json"
-    state.write_bytes(gzip.decompress((DATA / todo).read_bytes()))
-    subprocess.run(
-        [sys.executable, "-m", "orchestrate", "--config", str(DATA / config), "--state", str(state)]
-        + ["--reports", str(tmp_path / "reports"), "report"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
-    return {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **") and "calibrated" in line}
-
-
 def test_the_host_part_of_a_change_is_read_from_untraced_tpot_not_the_profiled_wall(tmp_path: Path) -> None:
     """Where a device-time formula misses, the findings say how much of the change is host time:
     untraced TPOT less the traced device work, base against variant. The profiled step's wall does
@@ -123,9 +112,6 @@ def test_the_host_part_of_a_change_is_read_from_untraced_tpot_not_the_profiled_w
     wall grew 1.26 ms beyond its device work while its untraced TPOT moved with the device work, and
     the findings had called that host time. A formula whose measured inputs read TPOT (speculative
     decoding's step cost) has the host time in its calibrated figure: no note."""
-    import gzip
-    import json
-
     h100 = _calibration_lines(tmp_path / "h100", "h100_qwen3moe_todo.json.gz", "h100_qwen3moe_experiments.toml")
     todos = {
         t["id"]: t for t in json.loads(gzip.decompress((DATA / "h100_qwen3moe_todo.json.gz").read_bytes()))["todos"]
