@@ -479,3 +479,47 @@ def test_the_terminal_shows_rule_markup_literally(tmp_path: Path) -> None:
     result = run_cli(["analyze", str(path)], tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "add a [[rule]] for it" in result.stdout.replace("\n", " ") and "add a [] for" not in result.stdout
+
+
+def direct_idle_count(path: Path) -> tuple[float, dict[str, float]]:
+    """Device idle inside each decode step counted with plain json: a step's kernels, copies and
+    memsets in start order, each one's gap from the latest end before it; idle ms a step in all
+    and by the name of the kernel waited for."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    windows: dict[int, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0:
+            start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
+            windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
+    device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    total, by_name = 0.0, {}
+    for start, end in windows.values():
+        inside = sorted((e for e in device if start <= e["ts"] <= end), key=lambda e: e["ts"])
+        latest = inside[0]["ts"] + inside[0]["dur"]
+        for e in inside[1:]:
+            gap = max(e["ts"] - latest, 0.0)
+            total += gap
+            by_name[e["name"]] = by_name.get(e["name"], 0.0) + gap
+            latest = max(latest, e["ts"] + e["dur"])
+    steps = len(windows)
+    return total / 1000 / steps, {name: us / 1000 / steps for name, us in by_name.items()}
+
+
+@pytest.mark.parametrize("path", VLLM_GPU_TRACES, ids=[p.name.split(".")[0] for p in VLLM_GPU_TRACES])
+def test_device_idle_inside_a_step_is_charged_to_the_kernel_waited_for(path: Path) -> None:
+    """Real vLLM 0.26 H200 traces (CUDA graphs): the idle time inside the decode steps and the
+    kernels it precedes match a direct count, and the rank section names the largest; on the
+    Kimi-K2-shaped one (a second stream) the gaps count from the latest end on either stream."""
+    from tasks.analysis.results import RankBreakdown
+    from tasks.analysis.section import rank_section
+
+    rank = RankBreakdown.model_validate(analyze_trace(path, Classifier()))
+    total, by_name = direct_idle_count(path)
+    idle = rank.idle_before
+    assert idle is not None and idle.idle_ms_per_step == pytest.approx(total, rel=1e-9)
+    top = max(by_name, key=by_name.get)
+    assert idle.top_kernels[0].name == top[:160]
+    assert idle.top_kernels[0].ms_per_step == pytest.approx(by_name[top], rel=1e-9)
+    # the idle time is the step's kernel span less its busy union (what the wall line says)
+    assert 0 < idle.idle_ms_per_step < rank.wall_ms_per_step - rank.busy_union_ms_per_step + 1e-9
+    assert f"{idle.idle_ms_per_step:.3f} ms a step; waiting for `{top[:50]}`" in rank_section(rank, "t")

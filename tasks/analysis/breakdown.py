@@ -21,7 +21,7 @@ import numpy as np
 
 from tasks.analysis.categories import RULES_PATH, Category
 from tasks.analysis.coverage import backward_share, uncovered_families
-from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us
+from tasks.analysis.intervals import _ci95_ms, _cpu_ops, _union_us, idle_before
 from tasks.analysis.step_markers import StepMarker, resolve, step_marker
 from tasks.analysis.step_windows import launch_times, merge_stream_ranges, whole_trace
 from tasks.analysis.trace_reader import Columns, read_columns
@@ -150,6 +150,8 @@ def analyze_columns(
     }
     top = figures[primary]
     top["gemm_sequence"] = _gemm_sequence(kinds == primary, events, columns.names, category_of_name)
+    if kind == "gpu":
+        top["idle_before"] = idle_before(kinds == primary, events, columns.names, category_of_name)
     top["between_steps"] = _between_steps(
         kinds == primary, ts, dur, name_ids, step_of, inside, starts, columns.names, category_of_name
     )

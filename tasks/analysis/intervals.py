@@ -79,3 +79,51 @@ def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
     starts = np.nonzero(opens)[0]
     closes = np.append(starts[1:] - 1, len(ts) - 1)
     return float((running_end[closes] - ts[starts]).sum())
+
+
+def idle_before(
+    chosen: np.ndarray, events: tuple[np.ndarray, ...], names: list[str], category_of_name: list[str]
+) -> dict:
+    """Device idle time inside the chosen steps, charged to the kernel the device then waited for.
+
+    Under CUDA graphs a step's untraced time beyond its kernels is mostly these gaps (each graph
+    node's launch latency, a memset or memcpy node between two kernels), so an option that adds
+    nodes adds idle time that no kernel's duration holds (W4A16 on a MoE: Marlin-MoE's alignment
+    kernel and two memsets a layer). A gap is the time from the latest end of the step's earlier
+    work (any stream) to a kernel's start; the first kernel of a step has none."""
+    ts, dur, name_ids, step_of, _ = events
+    keep = chosen[step_of]
+    ts, ends, name_ids, step_of = ts[keep], (ts + dur)[keep], name_ids[keep], step_of[keep]
+    per_step = max(int(chosen.sum()), 1)
+    if len(ts) < 2:
+        return {"idle_ms_per_step": 0.0, "categories": {}, "top_kernels": []}
+    order = np.lexsort((ts, step_of))
+    origin = float(ts.min())
+    ts, ends, name_ids, step_of = ts[order] - origin, ends[order] - origin, name_ids[order], step_of[order]
+    # One running maximum per step without a loop: each step lifted above every earlier one.
+    lift = step_of * (float(ends.max()) + 1.0)
+    running = np.maximum.accumulate(ends + lift) - lift
+    same_step = step_of[1:] == step_of[:-1]
+    gap = np.where(same_step, np.maximum(ts[1:] - running[:-1], 0.0), 0.0)
+    waited = name_ids[1:]
+    name_us = np.bincount(waited, weights=gap, minlength=len(names))
+    name_gaps = np.bincount(waited[gap > 0], minlength=len(names))
+    categories: dict[str, float] = {}
+    for index in np.nonzero(name_us)[0]:
+        category = category_of_name[index]
+        categories[category] = categories.get(category, 0.0) + float(name_us[index]) / 1000 / per_step
+    top = [i for i in np.argsort(-name_us, kind="stable")[:8] if name_us[i] > 0]
+    return {
+        "idle_ms_per_step": float(gap.sum()) / 1000 / per_step,
+        "categories": dict(sorted(categories.items(), key=lambda item: -item[1])),
+        "top_kernels": [
+            {
+                "name": names[i][:160],
+                "category": category_of_name[i],
+                "ms_per_step": float(name_us[i]) / 1000 / per_step,
+                "gaps_per_step": int(name_gaps[i]) / per_step,
+                "mean_us_per_gap": float(name_us[i]) / int(name_gaps[i]),
+            }
+            for i in top
+        ],
+    }

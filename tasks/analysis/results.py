@@ -40,6 +40,23 @@ class BetweenSteps(Result):
     top_names: list[str]
 
 
+class IdleKernel(Result):
+    name: str
+    category: str
+    ms_per_step: float
+    gaps_per_step: float
+    mean_us_per_gap: float
+
+
+class IdleBefore(Result):
+    """Device idle time inside the steps, charged to the kernel the device then waited for (GPU
+    traces): under CUDA graphs, the part of a step's time that no kernel's duration holds."""
+
+    idle_ms_per_step: float
+    categories: dict[str, float] = Field(description="category of the kernel waited for -> idle ms a step")
+    top_kernels: list[IdleKernel]
+
+
 class OtherSteps(Result):
     """Prefill or mixed (prefill + decode batched) steps, broken down like decode steps."""
 
@@ -121,6 +138,7 @@ class RankBreakdown(Result):
     unmatched_names: list[str]
     other_steps: dict[str, OtherSteps] = Field(default_factory=dict, description="'prefill', 'mixed'")
     between_steps: BetweenSteps | None = None
+    idle_before: IdleBefore | None = None
     gemm_sequence: GemmSequence | None = None
     trace: str
 

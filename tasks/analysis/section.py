@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.report import md_table
-from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown, RankBreakdown
+from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown, IdleBefore, RankBreakdown
 from tasks.profile.results import PROFILE_CAPTURE
 from tasks.view import Findings, fmt
 
@@ -121,6 +121,8 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
             )
             + ".\n"
         )
+    if rank.idle_before and rank.idle_before.idle_ms_per_step:
+        text += idle_text(rank.idle_before)
     for name, other in rank.other_steps.items():
         text += (
             f"\n{name.capitalize()} steps: {other.steps}, {other.prefill_tokens_per_step:.0f} prefill"
@@ -143,6 +145,20 @@ def rank_section(rank: RankBreakdown, trace_link: str) -> str:
         )
     text += "\n"
     return text
+
+
+def idle_text(idle: IdleBefore) -> str:
+    """Where the device waited inside a step: under CUDA graphs, each node's launch latency and
+    the memsets and copies between kernels, which no kernel's duration holds."""
+    return (
+        f"\nDevice idle inside a step (between one kernel's end and the next one's start):"
+        f" {idle.idle_ms_per_step:.3f} ms a step; waiting for "
+        + ", ".join(
+            f"`{k.name[:50]}` {k.ms_per_step:.3f} ms ({k.gaps_per_step:.1f} gaps of {k.mean_us_per_gap:.2f} µs)"
+            for k in idle.top_kernels[:4]
+        )
+        + ".\n"
+    )
 
 
 def between_rows(rank: RankBreakdown) -> list[list[str]]:
