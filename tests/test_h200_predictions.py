@@ -128,3 +128,19 @@ def test_the_host_part_of_a_change_is_read_from_untraced_tpot_not_the_profiled_w
     assert "beyond" not in h200["fp8_kv_cache"]
     assert "wall 4.393 → 5.858 ms" in h200["fp8_kv_cache"]  # the profiled wall is still shown, as data
     assert "beyond" not in h200["speculative_decoding"]
+
+
+def test_the_device_idle_between_kernels_of_base_and_variant_is_in_the_calibration_line(tmp_path: Path) -> None:
+    """The traces' idle time between a step's kernels (tasks/analysis/intervals.py idle_before),
+    base against variant, beside the device work: where a W4A16 variant's host time grows, the
+    line says whether it grew inside the traced step. The H100 todo file predates the figure, so
+    two values are written into its breakdowns (injected: the point is that the line reads them)."""
+    document = json.loads(gzip.decompress((DATA / "h100_qwen3moe_todo.json.gz").read_bytes()))
+    for todo in document["todos"]:
+        idle = {"analysis_breakdown": 0.3, "exp_int4_weights_analysis_breakdown": 0.52}.get(todo["id"])
+        if idle is not None:
+            todo["result"]["ranks"][0]["idle_before"] = {"idle_ms_per_step": idle, "categories": {}, "top_kernels": []}
+    (tmp_path / "idle_todo.json.gz").write_bytes(gzip.compress(json.dumps(document).encode()))
+    lines = _calibration_lines(tmp_path / "out", str(tmp_path / "idle_todo.json.gz"), "h100_qwen3moe_experiments.toml")
+    assert "device idle between a step's kernels 0.300 → 0.520 ms (+0.220)" in lines["int4_weights"]
+    assert "device idle" not in lines["fp8_kv_cache"]  # its breakdown has no idle figure

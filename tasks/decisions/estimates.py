@@ -62,6 +62,8 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     # sampler run on the host between the GPU's kernels (H200: +0.37 ms device, +5.9 ms wall).
     out["step_wall_ms"] = figures.rank0.wall_ms_per_step if figures.rank0 else None
     out["device_ms"] = figures.rank0.device_ms_per_step if figures.rank0 else None
+    idle = figures.rank0.idle_before if figures.rank0 else None
+    out["idle_ms"] = idle.idle_ms_per_step if idle else None
     out["fits_half_tp"] = _fits_half_tp(figures)
     out["half_tp_host_saving_ms_trace"] = half_tp_host_saving_ms(out)
     out["moe_w4a16_saving_ms_micro"] = moe_w4a16_saving_ms(figures, out["moe_layers"] or 0.0)

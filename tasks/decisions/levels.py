@@ -35,6 +35,7 @@ NOT_AT_OTHER_LEVELS = (
     "ar_trace_p50_us",
     "step_wall_ms",
     "device_ms",
+    "idle_ms",
 )
 """Traced figures no micro can carry to another batch: options reading them are predicted at the
 capture's level only."""

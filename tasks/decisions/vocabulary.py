@@ -69,6 +69,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "kv_read_ms": ("KV-cache bytes a decode step reads / the copy bandwidth", GEMM),
     "step_wall_ms": ("a decode step's wall time in the trace", TRACE),
     "device_ms": ("a decode step's device work", TRACE),
+    "idle_ms": ("a decode step's device idle time between its kernels (CUDA-graph node gaps, memsets)", TRACE),
     "fits_half_tp": ("1 when the weights at TP/2 fit a GPU's usable memory", HOST),
     "spec_expected_tokens": ("(1 - a^(k+1)) / (1 - a), a = spec_accept_rate, k = spec_tokens", "(assumed)"),
     "kv_fp8_layer_delta_us_micro": (

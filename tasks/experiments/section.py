@@ -163,6 +163,9 @@ def _trace_change(v: Verification) -> list[str]:
         "the traces, a step: "
         + ", ".join(f"{what} {base:.3f} → {variant:.3f} ms ({variant - base:+.3f})" for what, base, variant in pairs)
     ]
+    idle, x_idle = v.base_figures.get("idle_ms"), v.variant_figures.get("x_idle_ms")
+    if idle is not None and x_idle is not None:
+        notes.append(f"device idle between a step's kernels {idle:.3f} → {x_idle:.3f} ms ({x_idle - idle:+.3f})")
     (_, device, x_device), (_, wall, x_wall) = pairs
     tpot, x_tpot = v.base_figures.get("tpot_ms"), v.variant_figures.get("x_tpot_ms")
     # An option whose measured inputs read TPOT or the wall (a speculative step's cost, lower TP's
