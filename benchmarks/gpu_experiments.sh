@@ -33,13 +33,16 @@ QUANT=""; [ "$TAG" != "$SHAPE" ] && QUANT=${TAG}_w4a16
 dir="$WORK/${TAG}_exp"
 if [ "$what" = start ]; then
   mkdir -p "$WORK/models" "$dir"
+  # the campaign is named after the GPU it ran on (h100, h200; "gpu" where nvidia-smi says nothing)
+  GPU_TAG=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h100|h200|a100|l40s|b200' | tr 'A-Z' 'a-z')
+  GPU_TAG=${GPU_TAG:-gpu}
   [ -f "$WORK/tok/tokenizer.json" ] || python3 "$ROOT/tasks/model/remote/make_tiny_model.py" "$WORK/tok" >/dev/null
   for shape in "$SHAPE" ${QUANT:+"$QUANT"}; do
     python3 "$ROOT/benchmarks/gpu_model_shapes.py" "$WORK/tok" "$WORK/models/$shape" "$shape" || exit 1
   done
   cat > "$dir/campaign.toml" <<TOML
 [campaign]
-name = "h200-${TAG}-experiments${MODE:+-$MODE}"
+name = "${GPU_TAG}-${TAG}-experiments${MODE:+-$MODE}"
 auto_experiments = $([ "${MODE:-auto}" = auto ] && echo true || echo false)
 max_experiments = 3
 [host]
@@ -94,7 +97,7 @@ if running; then
 fi
 echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
 pack="$WORK/pack"; mkdir -p "$pack"
-cp "$dir"/reports/h200-*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
+cp "$dir"/reports/*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
 # vLLM's n-gram drafters timed over this campaign's recorded outputs (the GPU kernel on this GPU)
 timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.json" "$dir/reports/ledger.json" \
