@@ -272,20 +272,22 @@ class Runner:
         todo.finished_at = None
         todo.inputs = spec.inputs
         todo.upstream = upstream_digests(state, spec)
-        save_state(self.state_path, state)
-        self.log(f"[{todo.id}] {todo.content} (attempt {todo.attempts})")
         started = time.monotonic()
-        ctx = TaskContext(
-            task_id=todo.id,
-            scope=spec.scope,
-            reads=spec.reads
-            | {ref.id for need in spec.needs for ref in getattr(self.campaign.needs[need], "reads", ())},
-            artifacts_dir=self.campaign.artifacts_dir / todo.id,
-            state=state,
-            log=lambda line: self.log(f"[{todo.id}] {line}"),
-            progress=lambda *step, **more: self.progress.update(todo.id, *step, **more),
-        )
+        # Everything from the save on is inside the try: a Ctrl-C right after the file says
+        # in_progress (seen once in a loaded test run) must still put the todo back to pending.
         try:
+            save_state(self.state_path, state)
+            self.log(f"[{todo.id}] {todo.content} (attempt {todo.attempts})")
+            ctx = TaskContext(
+                task_id=todo.id,
+                scope=spec.scope,
+                reads=spec.reads
+                | {ref.id for need in spec.needs for ref in getattr(self.campaign.needs[need], "reads", ())},
+                artifacts_dir=self.campaign.artifacts_dir / todo.id,
+                state=state,
+                log=lambda line: self.log(f"[{todo.id}] {line}"),
+                progress=lambda *step, **more: self.progress.update(todo.id, *step, **more),
+            )
             for need in spec.needs:
                 self._ensure(need, ctx)
             ctx.facts = {need: self.facts.get(need, {}) for need in spec.needs}
