@@ -85,24 +85,71 @@ def test_the_findings_say_what_the_variant_drafted_for_the_drafting_experiment_o
     assert not any("The variant's stream" in calibrations[name] for name in ("fp8_kv_cache", "int4_weights"))
 
 
-def test_an_h100_campaign_out_of_sample_fp8_kv_and_w4a16_at_the_levels_above_one() -> None:
-    """The same campaign on an H100 80GB (tests/data/h100_qwen3moe_todo.json.gz): hardware no rule
-    was tuned on, and the KV micro's second version (the server's K/V views, FA3's 32-split
-    schedule). FP8 KV at c=2 and c=4 and W4A16 at c=2 and c=4 land within 0.8-1.25 of what the
-    experiments realised; FP8 KV at c=1 is inside its realised interval. W4A16 at c=1 is the miss
-    (+0.085 predicted, -0.078 realised in [-0.160, -0.005]): the traced device work fell 0.155 ms
-    (the micro: 0.085), and the step's time beyond it grew (no input holds that): counted
-    as a wrong sign, not hidden."""
-    record, rows = predictions_again(DATA / "h100_qwen3moe_todo.json.gz", DATA / "h100_qwen3moe_experiments.toml")
+H100_RUNS = ["h100_qwen3moe_todo.json.gz", "h100_qwen3moe_run2_todo.json.gz"]
+
+
+@pytest.mark.parametrize("todo", H100_RUNS)
+def test_two_h100_campaigns_out_of_sample_w4a16_at_the_levels_above_one(todo: str) -> None:
+    """The same campaign twice on an H100 80GB (run 1: auto; run 2: the GPU drafter, W4A16 and
+    FP8 KV listed, in that order): hardware no rule was tuned on. W4A16 at c=2 and c=4 lands within
+    0.8-1.25 of what the experiments realised in both. W4A16 at c=1 is a small change either way
+    (run 1: +0.085 predicted, -0.078 realised in [-0.160, -0.005], counted as a wrong sign; run 2:
+    +0.101 against +0.031): the traced device work fell 0.155-0.160 ms while the step's time beyond
+    it grew, which no input holds."""
+    record, rows = predictions_again(DATA / todo, DATA / "h100_qwen3moe_experiments.toml")
     assert record.concurrency == 1
     by = {(row.experiment, row.concurrency): row for row in rows}
-    for key in [("fp8_kv_cache", 2), ("fp8_kv_cache", 4), ("int4_weights", 2), ("int4_weights", 4)]:
+    for key in [("int4_weights", 2), ("int4_weights", 4)]:
         row = by[key]
         assert 0.8 <= row.predicted_ms / row.realised.delta_ms <= 1.25, key  # type: ignore[operator]
-    fp8_c1 = by[("fp8_kv_cache", 1)]
-    assert fp8_c1.realised.low_ms <= fp8_c1.predicted_ms <= fp8_c1.realised.high_ms  # type: ignore[operator]
-    assert by[("int4_weights", 1)].wrong_sign
-    assert ("speculative_decoding_gpu", 1) not in by  # its experiment had not served when the device went
+    assert by[("int4_weights", 1)].wrong_sign == (todo == H100_RUNS[0])
+
+
+@pytest.mark.parametrize("todo", [*H100_RUNS, "h200_qwen3moe_run2_todo.json.gz"])
+def test_the_fp8_kv_prediction_leaves_out_the_query_quantisation_the_server_does_not_run(todo: str) -> None:
+    """The KV micro timed the query's FP8 quantisation as a kernel of its own (4.5-9.3 µs, bimodal
+    between runs) and counted it; the FP8 variants' traces run exactly their base's kernels, category
+    by category (torch.compile fuses the quantisation into the kernel before attention). So the
+    prediction reads the write and the attention only, and comes out below the realised change on
+    every run and level: the micro's FP8 write and attention change a layer 0.4-1.4 µs where the
+    traces change 3.4-3.6 (the server's FP8 write 4.1-4.3 µs against the micro's 2.6-2.7). That
+    is the input the findings name; before, the uncounted kernel had filled the gap by chance
+    (run 1: 1.37 / 1.06 / 1.01, run 2: 2.89 / 5.29 / 3.70)."""
+    todos = {t["id"]: t for t in json.loads(gzip.decompress((DATA / todo).read_bytes()))["todos"]}
+    base, fp8 = (
+        todos[name]["result"]["ranks"][0]["categories"]
+        for name in ("analysis_breakdown", "exp_fp8_kv_cache_analysis_breakdown")
+    )
+    assert {c: v["calls_per_step"] for c, v in base.items()} == pytest.approx(
+        {c: v["calls_per_step"] for c, v in fp8.items()}, abs=0.05
+    )
+    traced_us = (fp8["attention"]["ms_per_step"] - base["attention"]["ms_per_step"]) * 1000 / 48
+    assert 3.3 < traced_us < 3.7
+    quant = [r["query_quant_us"] for r in todos["gemm_bench"]["result"]["kv_rows"] if r["kv_dtype"] == "fp8"]
+    assert min(quant) > 4.0  # what the micro's kernel of its own took, no longer counted
+    config = "h200_qwen3moe_experiments.toml" if todo.startswith("h200") else "h100_qwen3moe_experiments.toml"
+    _, rows = predictions_again(DATA / todo, DATA / config)
+    fp8_rows = [row for row in rows if row.experiment == "fp8_kv_cache"]
+    assert len(fp8_rows) == 3
+    for row in fp8_rows:
+        assert row.realised.delta_ms < row.predicted_ms < 0  # slower, by less than realised
+        assert row.predicted_ms / row.realised.delta_ms < 0.8  # type: ignore[operator]
+
+
+def test_the_gpu_drafter_on_the_h100_predicted_with_its_step_cost_assumed_zero() -> None:
+    """H100 run 2 served the GPU n-gram drafter: 3.36 tokens a step against the 3.349 the replay of
+    the campaign's own outputs predicted. Its step cost beyond the verify GEMMs is assumed 0 (an
+    upper bound, said so), so the gain is predicted high: 1.49 / 1.13 / 1.03 of the realised at
+    c=1/2/4; the experiment measured that cost, 2.853 ms a step at c=1, which a later campaign on this
+    hardware, shape and vLLM takes from the ledger."""
+    _, rows = predictions_again(DATA / "h100_qwen3moe_run2_todo.json.gz", DATA / "h100_qwen3moe_experiments.toml")
+    spec = {row.concurrency: row for row in rows if row.experiment == "speculative_decoding_gpu"}
+    assert sorted(spec) == [1, 2, 4]
+    for row in spec.values():
+        assert row.inputs == "spec_gpu_step_extra_ms assumed"
+        assert row.predicted_ms > row.realised.delta_ms > 0  # an upper bound, and a real gain
+    assert 1.4 < spec[1].predicted_ms / spec[1].realised.delta_ms < 1.6  # type: ignore[operator]
+    assert 0.8 < spec[4].predicted_ms / spec[4].realised.delta_ms <= 1.25  # type: ignore[operator]
 
 
 def test_the_host_part_of_a_change_is_read_from_untraced_tpot_not_the_profiled_wall(tmp_path: Path) -> None:

@@ -69,13 +69,24 @@ class KvRow(Result):
     skipped: str | None = None
     write_us: float | None = Field(None, description="reshape_and_cache_flash of the step's new K and V")
     attention_us: float | None = Field(None, description="paged decode attention")
-    query_quant_us: float | None = Field(None, description="FP8: the query's quantisation (counted in us)")
+    query_quant_us: float | None = Field(
+        None, description="FP8: the query's quantisation as a kernel of its own (not counted: the server fuses it)"
+    )
     us: float | None = Field(None, description="the layer's sum: what the option changes a layer a step")
     kernel: str | None = None
     timing: str | None = None
     rotated_copies: int | None = None
     block_size: int | None = None
     note: str | None = Field(None, description="where the micro could not call a kernel as the server does")
+
+    @property
+    def layer_us(self) -> float | None:
+        """The cache write and the attention: what the server's step runs. Rows stored before
+        2026-12-05 counted the query's quantisation in ``us`` too; the server's traces show no such
+        kernel (torch.compile fuses it into the kernel before attention), so it is left out here."""
+        if self.write_us is not None and self.attention_us is not None:
+            return self.write_us + self.attention_us
+        return self.us
 
 
 class GemmResult(Result):
