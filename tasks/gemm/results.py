@@ -78,6 +78,11 @@ class KvRow(Result):
     rotated_copies: int | None = None
     block_size: int | None = None
     note: str | None = Field(None, description="where the micro could not call a kernel as the server does")
+    kernels_us: dict[str, float] | None = Field(
+        None,
+        description="each kernel's profiled µs a call (write and attention), to set beside the trace's kernels:"
+        " the graph-replay figures hold the gaps between kernels too",
+    )
 
     @property
     def layer_us(self) -> float | None:

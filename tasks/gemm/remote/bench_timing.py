@@ -90,10 +90,11 @@ def copy_ceiling_gbps(device, repeats):
     return 2 * size / seconds / 1e9  # read + write
 
 
-def time_rotations(calls, device, repeats, do_bench=False):
+def time_rotations(calls, device, repeats, do_bench=False, kernel_durations=False):
     """Seconds a call (median), with how it was timed; ``calls`` holds one closure per rotated copy.
     With ``do_bench`` on CUDA, the same calls timed by Triton too (do_bench for eager launches,
-    do_bench_cudagraph for graph replays), as an independent check of our timing."""
+    do_bench_cudagraph for graph replays), as an independent check of our timing. With
+    ``kernel_durations``, the graph's kernels as the profiler times them (``kernels_us``)."""
     copies = len(calls)
     state = {"i": 0}
 
@@ -119,6 +120,8 @@ def time_rotations(calls, device, repeats, do_bench=False):
                     fn()
             seconds = median_seconds(graph.replay, device, repeats, 1, row) / copies
             row["timing"] = "CUDA events around CUDA graph replays"
+            if kernel_durations:
+                row["kernels_us"] = graph_kernel_us(graph.replay, copies)
         except Exception as err:  # noqa: BLE001 - fall back to eager launches
             row["graph_error"] = str(err).splitlines()[0][:200]
     batch = copies if device == "cuda" else max(1, min(copies, 4))
@@ -140,6 +143,31 @@ def time_rotations(calls, device, repeats, do_bench=False):
                 triton.testing.do_bench_cudagraph(graph_call, rep=200, return_mode="median") * 1e3 / copies
             )
     return seconds, row
+
+
+def graph_kernel_us(replay, copies):
+    """Each kernel's µs a call (its profiled durations over ``copies`` calls a replay), as the server's
+    trace measures kernels: a micro's graph-replay time a call holds the gaps between them too, so
+    this is the figure to set beside a trace's kernel. {"error": why} where the profiler fails."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        replay()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                replay()
+            torch.cuda.synchronize()
+        out = {}
+        for event in prof.key_averages():
+            total = getattr(event, "self_device_time_total", None)
+            if total is None:
+                total = getattr(event, "self_cuda_time_total", 0.0)
+            if total and total > 0:
+                out[event.key[:120]] = total / (5 * copies)
+        return out
+    except Exception as err:  # noqa: BLE001 - a diagnostic: the timing stands without it
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"}
 
 
 def relative_error(out, reference):

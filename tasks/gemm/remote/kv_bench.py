@@ -15,7 +15,10 @@ cache (a layer's cache each, more than the L2 holds, as the server's layers are)
   scale); timed as vLLM's `scaled_fp8_quant` kernel and reported, but not counted in the layer's
   sum: the server's torch.compile fuses it into the kernel before attention (four FP8 variants'
   traces, H100 and H200, ran exactly their base's kernels; the norm/elementwise time moved -0.05 to
-  +0.8 µs a layer), while the kernel of its own took 4.5-9.3 µs, bimodal between runs.
+  +0.8 µs a layer), while the kernel of its own took 4.5-9.3 µs, bimodal between runs (vLLM 0.26's
+  attention layer quantises the query "with a simple torch operation" so that torch.compile fuses it).
+Each row also holds each kernel's profiled µs a call (``kernels_us``), to set beside the server's
+trace kernel by kernel: the FP8 cache write timed 2.6 µs here against the traces' 4.2-4.3.
 The inputs are the server's: K and V as views into the QKV projection's output, FlashAttention's
 scheduler metadata made ahead with at most 32 splits, as vLLM's CUDA-graph decode calls it (the
 H200 trace: the FP8 write 4.1 µs against 2.0, the attention 10.8 against 9.6 + 1.6 combine).
@@ -132,9 +135,15 @@ def bench_point(spec, m, context, kv_dtype, repeats, kernels, quant_us):
         )
 
     row = {"m": m, "context": context, "kv_dtype": kv_dtype, "rotated_copies": copies, "block_size": block}
-    write_s, timing = time_rotations([write(layer) for layer in layers], device, repeats)
+    write_s, timing = time_rotations([write(layer) for layer in layers], device, repeats, kernel_durations=True)
     try:
-        attention_s, _ = time_rotations([attend(layer) for layer in layers], device, repeats)
+        attention_s, attention_timing = time_rotations(
+            [attend(layer) for layer in layers], device, repeats, kernel_durations=True
+        )
+        profiled = {**timing.get("kernels_us", {}), **attention_timing.get("kernels_us", {})}
+        if "error" in profiled:
+            notes.append(f"kernels not profiled ({profiled.pop('error')})")
+        row["kernels_us"] = profiled or None
     except Exception as err:  # noqa: BLE001 - a FlashAttention build without the ahead-made schedule
         notes.append(f"FA3 refused the ahead-made schedule ({type(err).__name__}): its own heuristics")
         attention_s, _ = time_rotations([attend(layer, None, 0) for layer in layers], device, repeats)
