@@ -204,17 +204,21 @@ def test_a_rule_with_an_undeclared_category_is_one_line(tmp_path: Path) -> None:
 VLLM_GPU_TRACES = sorted((Path(__file__).parent / "data").glob("vllm026_h200_*.trace.json.gz"))
 
 
-def direct_vllm_count(path: Path) -> dict:
-    """Decode steps and device work counted with plain json: a step's GPU window is every
-    gpu_user_annotation range of its External id (Kineto writes one per stream), merged."""
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+def decode_windows(events: list[dict]) -> list[list[float]]:
+    """Each decode step's GPU window, counted with plain json: every gpu_user_annotation range of
+    its External id (Kineto writes one per stream), merged."""
     windows: dict[int, list[float]] = {}
     for e in events:
         if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0:
-            key = e["args"]["External id"]
-            start, end = windows.get(key, [e["ts"], e["ts"] + e["dur"]])
-            windows[key] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
-    spans = sorted(windows.values())
+            start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
+            windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
+    return sorted(windows.values())
+
+
+def direct_vllm_count(path: Path) -> dict:
+    """Decode steps and device work counted with plain json, in the decode windows."""
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    spans = decode_windows(events)
     classify = Classifier()
     calls: dict[str, int] = {}
     us: dict[str, float] = {}
@@ -269,18 +273,12 @@ def test_gemm_launch_order_folds_into_layer_types_on_a_real_trace() -> None:
     assert "splitKreduce" in positions[1].kernels and "splitKreduce" in positions[3].kernels
     assert "splitK" not in positions[0].kernels and "splitK" not in positions[2].kernels
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    windows: dict[int, list[float]] = {}
-    for e in events:
-        if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0:
-            start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
-            windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
+    windows = decode_windows(events)
     classify = Classifier()
     gemm_us = sum(
         e["dur"]
         for e in events
-        if e.get("cat") == "kernel"
-        and classify(e["name"]) == "gemm"
-        and any(s <= e["ts"] <= t for s, t in windows.values())
+        if e.get("cat") == "kernel" and classify(e["name"]) == "gemm" and any(s <= e["ts"] <= t for s, t in windows)
     )
     assert sum(p.traced_us for p in positions) * layers == pytest.approx(gemm_us / len(windows), rel=0.01)
 
@@ -486,14 +484,10 @@ def direct_idle_count(path: Path) -> tuple[float, dict[str, float]]:
     memsets in start order, each one's gap from the latest end before it; idle ms a step in all
     and by the name of the kernel waited for."""
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    windows: dict[int, list[float]] = {}
-    for e in events:
-        if e.get("cat") == "gpu_user_annotation" and (m := DECODE.fullmatch(e["name"])) and int(m[2]) > 0:
-            start, end = windows.get(e["args"]["External id"], [e["ts"], e["ts"] + e["dur"]])
-            windows[e["args"]["External id"]] = [min(start, e["ts"]), max(end, e["ts"] + e["dur"])]
+    windows = decode_windows(events)
     device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     total, by_name = 0.0, {}
-    for start, end in windows.values():
+    for start, end in windows:
         inside = sorted((e for e in device if start <= e["ts"] <= end), key=lambda e: e["ts"])
         latest = inside[0]["ts"] + inside[0]["dur"]
         for e in inside[1:]:
