@@ -104,6 +104,11 @@ echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/ca
 pack="$WORK/pack"; mkdir -p "$pack"
 cp "$dir"/reports/*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
+# rank 0's trace of the base and of each variant (3-5 MB each on the Qwen3-MoE shape): the breakdown
+# and the idle attribution can be read again here, kernel by kernel
+for t in $(find "$dir/state/host/traces" -name "*rank0*.pt.trace.json.gz" -size -12M 2>/dev/null); do
+  where=$(dirname "${t#"$dir"/state/host/traces}" | tr -d / ); cp "$t" "$pack/${where:-base}.rank0.trace.json.gz"
+done
 # vLLM's n-gram drafters timed over this campaign's recorded outputs (the GPU kernel on this GPU)
 timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.json" "$dir/reports/ledger.json" \
   > "$pack/ngram_drafter_time.txt" 2>&1 || true
