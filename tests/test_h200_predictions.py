@@ -112,7 +112,7 @@ def test_the_fp8_kv_prediction_leaves_out_the_query_quantisation_the_server_does
     by category (torch.compile fuses the quantisation into the kernel before attention). So the
     prediction reads the write and the attention only, and comes out below the realised change on
     every run and level: the micro's FP8 write and attention change a layer 0.4-1.4 µs where the
-    traces change 3.4-3.6 (the server's FP8 write 4.1-4.3 µs against the micro's 2.6-2.7). That
+    traces change 3.4-3.6 (the server's FP8 write 4.2-4.3 µs against the micro's 2.55-2.67). That
     is the input the findings name; before, the uncounted kernel had filled the gap by chance
     (run 1: 1.37 / 1.06 / 1.01, run 2: 2.89 / 5.29 / 3.70)."""
     todos = {t["id"]: t for t in json.loads(gzip.decompress((DATA / todo).read_bytes()))["todos"]}
