@@ -27,7 +27,7 @@ from tasks.decisions.interpolate import linear_between
 from tasks.decisions.kv_estimates import kv_fp8_delta_assumed, kv_fp8_layer_delta_us, kv_read_ms
 from tasks.decisions.moe_estimates import moe_w4a16_saving_assumed, moe_w4a16_saving_ms
 from tasks.decisions.ngram_replay import replay
-from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE, measured_by
 from tasks.gemm.results import GemmResult
 from tasks.model.shapes import ModelShapes
 
@@ -67,6 +67,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["fits_half_tp"] = _fits_half_tp(figures)
     out["half_tp_host_saving_ms_trace"] = half_tp_host_saving_ms(out)
     out["moe_w4a16_saving_ms_micro"] = moe_w4a16_saving_ms(figures, out["moe_layers"] or 0.0)
+    out["moe_w4a16_saving_ms_dense"] = 0.0 if out["moe_layers"] == 0 else None
     out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
     out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures)
     out.update(assumptions)
@@ -85,8 +86,9 @@ def with_measured_in_place(out: dict[str, float | None], assumptions: dict[str, 
         out["moe_w4a16_saving_ms"] = moe_w4a16_saving_assumed(out, assumptions)
     if "half_tp_gemm_extra_ms" not in assumptions:
         out["half_tp_gemm_extra_ms"] = half_tp_extra_assumed(out, assumptions)
-    for assumed, figure in MEASURED_IN_PLACE.items():
-        if (assumed in assumptions or assumed in DERIVED_FROM_ASSUMPTIONS) and out.get(figure) is not None:
+    for assumed in MEASURED_IN_PLACE:
+        figure = measured_by(assumed, out)
+        if (assumed in assumptions or assumed in DERIVED_FROM_ASSUMPTIONS) and figure is not None:
             out[assumed] = out[figure]  # no assumption where the campaign measured it
     return out
 

@@ -47,6 +47,7 @@ FIGURES: dict[str, tuple[str, str]] = {
         "a step's routed experts in the model's format minus as W4A16 (Marlin-MoE), micro, at the step's tokens",
         GEMM,
     ),
+    "moe_w4a16_saving_ms_dense": ("0: the model has no MoE layers, so no routed experts to quantise", MODEL),
     "moe_w4a16_saving_ms": ("moe_ms x (1 - moe_w4a16_time_ratio)", "(assumed)"),
     "half_tp_gemm_extra_ms_micro": (
         "a step's GEMMs (dense and experts) as a rank at TP/2 runs them (on CPU with its cores) minus today's,"
@@ -105,15 +106,21 @@ VARIANT_ONLY = {
 }
 """Names only an experiment's variant has; every figure above also exists as x_<name> after one."""
 
-MEASURED_IN_PLACE = {
-    "moe_w4a16_saving_ms": "moe_w4a16_saving_ms_micro",
-    "half_tp_gemm_extra_ms": "half_tp_gemm_extra_ms_micro",
-    "half_tp_host_saving_ms": "half_tp_host_saving_ms_trace",
-    "spec_expected_tokens": "spec_replay_tokens_per_step",
-    "kv_fp8_layer_delta_us": "kv_fp8_layer_delta_us_micro",
+MEASURED_IN_PLACE: dict[str, tuple[str, ...]] = {
+    "moe_w4a16_saving_ms": ("moe_w4a16_saving_ms_micro", "moe_w4a16_saving_ms_dense"),
+    "half_tp_gemm_extra_ms": ("half_tp_gemm_extra_ms_micro",),
+    "half_tp_host_saving_ms": ("half_tp_host_saving_ms_trace",),
+    "spec_expected_tokens": ("spec_replay_tokens_per_step",),
+    "kv_fp8_layer_delta_us": ("kv_fp8_layer_delta_us_micro",),
 }
-"""Assumptions the campaign measures where it can: the measurement stands in the formula in the
-assumption's place, and the findings say so; the assumption is used only where it is not measured."""
+"""Assumptions the campaign measures where it can: the first of the measurements that has a value
+stands in the formula in the assumption's place, and the findings say so; the assumption is used
+only where none is measured."""
+
+
+def measured_by(name: str, figures: dict[str, float | None]) -> str | None:
+    """The measurement standing in for the assumption ``name`` (None: not measured here)."""
+    return next((figure for figure in MEASURED_IN_PLACE.get(name, ()) if figures.get(figure) is not None), None)
 
 FUNCTIONS = frozenset({"min", "max", "abs"})
 
@@ -123,13 +130,13 @@ def provenance(
 ) -> str:
     """Where a formula input came from: measured by this campaign (by which todo), by an earlier
     campaign (its ledger record), or assumed (the rules file)."""
-    measured_by = MEASURED_IN_PLACE.get(name)
-    if measured_by is not None and figures.get(measured_by) is not None:
+    measurement = measured_by(name, figures)
+    if measurement is not None:
         assumed = assumptions.get(name)
         instead = (
             f"the assumed {assumed:g}" if assumed is not None and name not in (earlier or {}) else "the assumption"
         )
-        return f"measured: {FIGURES[measured_by][1]}, in place of {instead}"
+        return f"measured: {FIGURES[measurement][1]}, in place of {instead}"
     if earlier and name in earlier:
         return f"earlier record: {earlier[name]} (same hardware, shape and vLLM)"
     if name in assumptions:
