@@ -153,3 +153,38 @@ def test_the_micro_script_says_why_it_timed_nothing_on_a_host_without_cuda(tmp_p
     rows = json.loads(done.stdout.splitlines()[-1])["rows"]
     assert [(r["m"], r["context"], r["kv_dtype"]) for r in rows] == [(1, 96, "auto"), (1, 96, "fp8")]
     assert all(r["skipped"].startswith("CUDA only") for r in rows)
+
+
+def test_the_cold_pass_stands_for_the_layer_where_the_row_has_one() -> None:
+    """A row from the micro's cold pass (each kernel profiled with the L2 evicted ahead of every
+    layer) gives the layer's figure from that pass; the warm rotation's timings stay in the note.
+    The figures are the H100 Llama-8B shape's, trace against warm micro: the write 2.14 / 4.35 µs
+    (bf16 / FP8) in the server's trace where the warm micro timed 1.87 / 2.48, the attention 9.63 +
+    1.41 against 7.14 + 1.73: here the cold pass is given the trace's figures, so the prediction
+    reads the change the trace shows (+3.30 µs a layer), where the warm rows read +0.63."""
+    from tasks.decisions.figures import KeyFigures
+    from tasks.decisions.kv_estimates import kv_fp8_layer_delta_us
+    from tasks.gemm.results import KvRow
+    from tasks.gemm.section import kv_section
+
+    def row(dtype, warm, cold):
+        (w, a), (cw, ca) = warm, cold
+        return {"m": 1, "context": 80, "kv_dtype": dtype, "write_us": w, "attention_us": a, "us": w + a} | (
+            {"cold_write_us": cw, "cold_attention_us": ca} if cw is not None else {}
+        )
+
+    rows = [row("auto", (1.87, 8.87), (2.14, 11.04)), row("fp8", (2.48, 8.89), (4.35, 12.13))]
+    figures = KeyFigures(
+        tp=1, rank0=None, breakdown=None, model=None, host=None, gemm=_gemm(rows), allreduce=None, decode_tpot_ms=None
+    )
+    assert KvRow.model_validate(rows[1]).layer_us == pytest.approx(4.35 + 12.13)
+    assert kv_fp8_layer_delta_us(figures, 1, 80) == pytest.approx(3.30)
+    table = kv_section(_gemm(rows))
+    assert "| 1 | 80 | 2.14 + 11.04 = 13.18 | 4.35 + 12.13 = 16.48 | +3.30 |" in table
+    assert "L2 held: 1.87 + 8.87 against 2.48 + 8.89" in table and "evicted ahead of every layer" in table
+    # one dtype without its cold pass: the pair is read warm on both sides, never mixed
+    half = [row("auto", (1.87, 8.87), (None, None)), rows[1]]
+    mixed = KeyFigures(
+        tp=1, rank0=None, breakdown=None, model=None, host=None, gemm=_gemm(half), allreduce=None, decode_tpot_ms=None
+    )
+    assert kv_fp8_layer_delta_us(mixed, 1, 80) == pytest.approx((2.48 + 8.89) - (1.87 + 8.87))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tasks.decisions.figures import KeyFigures
 from tasks.decisions.interpolate import linear_between
+from tasks.gemm.results import KvRow, kv_pair_us
 
 
 def kv_fp8_delta_assumed(out: dict[str, float | None], assumptions: dict[str, float]) -> float | None:
@@ -38,11 +39,12 @@ def kv_fp8_layer_delta_us(
     if tokens is None:
         tokens = (figures.rank0.decode_tokens_per_step if figures.rank0 else None) or figures.capture_concurrency
     nearest = min({row.context for row in rows}, key=lambda c: (abs(c - context), c))
-    by_m: dict[int, dict[str, float]] = {}
+    by_m: dict[int, dict[str, KvRow]] = {}
     for row in rows:
         if row.context == nearest:
-            by_m.setdefault(row.m, {})[row.kv_dtype] = row.layer_us  # type: ignore[assignment]
-    points = sorted((m, v["fp8"] - v["auto"]) for m, v in by_m.items() if "fp8" in v and "auto" in v)
+            by_m.setdefault(row.m, {})[row.kv_dtype] = row
+    pairs = {m: kv_pair_us(v["auto"], v["fp8"]) for m, v in by_m.items() if "fp8" in v and "auto" in v}
+    points = sorted((m, fp8 - auto) for m, (auto, fp8) in pairs.items() if auto is not None and fp8 is not None)
     return linear_between(points, tokens) if points else None
 
 

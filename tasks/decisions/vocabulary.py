@@ -74,8 +74,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "fits_half_tp": ("1 when the weights at TP/2 fit a GPU's usable memory", HOST),
     "spec_expected_tokens": ("(1 - a^(k+1)) / (1 - a), a = spec_accept_rate, k = spec_tokens", "(assumed)"),
     "kv_fp8_layer_delta_us_micro": (
-        "one attention layer's decode work (cache write, query quantisation, paged attention) with the FP8"
-        " KV cache minus with the model's, at the step's sequences and mean context",
+        "one attention layer's decode work (cache write, paged attention; profiled with the L2 evicted ahead"
+        " of each layer where the micro ran that pass) with the FP8 KV cache minus with the model's, at the"
+        " step's sequences and mean context",
         GEMM,
     ),
     "kv_fp8_layer_delta_us": (
@@ -121,6 +122,7 @@ only where none is measured."""
 def measured_by(name: str, figures: dict[str, float | None]) -> str | None:
     """The measurement standing in for the assumption ``name`` (None: not measured here)."""
     return next((figure for figure in MEASURED_IN_PLACE.get(name, ()) if figures.get(figure) is not None), None)
+
 
 FUNCTIONS = frozenset({"min", "max", "abs"})
 

@@ -83,15 +83,44 @@ class KvRow(Result):
         description="each kernel's profiled µs a call (write and attention), to set beside the trace's kernels:"
         " the graph-replay figures hold the gaps between kernels too",
     )
+    cold_write_us: float | None = Field(
+        None,
+        description="the write's kernels, profiled, with the L2 evicted ahead of each layer (as the server's step)",
+    )
+    cold_attention_us: float | None = Field(None, description="the attention's kernels, the same way")
+    cold_kernels_us: dict[str, float] | None = Field(None, description="each kernel's µs a call in that pass")
+
+    @property
+    def cold(self) -> bool:
+        """Whether the row's parts are the cold pass's: the server's layer finds its cache and scales
+        evicted from the L2 by the rest of the step; the warm rotation could hold a short context's
+        caches inside it (rows stored before 2026-12-05 have no cold pass)."""
+        return self.cold_write_us is not None and self.cold_attention_us is not None
 
     @property
     def layer_us(self) -> float | None:
-        """The cache write and the attention: what the server's step runs. Rows stored before
-        2026-12-05 counted the query's quantisation in ``us`` too; the server's traces show no such
-        kernel (torch.compile fuses it into the kernel before attention), so it is left out here."""
-        if self.write_us is not None and self.attention_us is not None:
-            return self.write_us + self.attention_us
-        return self.us
+        """The cache write and the attention: what the server's step runs, from the cold pass where
+        the row has one. Rows stored before 2026-12-05 counted the query's quantisation in ``us``
+        too; the server's traces show no such kernel (torch.compile fuses it into the kernel before
+        attention), so it is left out here."""
+        if self.cold:
+            return self.cold_write_us + self.cold_attention_us  # type: ignore[operator]
+        return warm_layer_us(self)
+
+
+def kv_pair_us(auto: KvRow, fp8: KvRow) -> tuple[float | None, float | None]:
+    """The layer's µs with the model's KV dtype and with FP8, both from the cold pass where both rows
+    have one, else both from the warm rotation: a change between a cold and a warm figure would
+    hold the L2's effect instead of the option's."""
+    if auto.cold and fp8.cold:
+        return auto.layer_us, fp8.layer_us
+    return warm_layer_us(auto), warm_layer_us(fp8)
+
+
+def warm_layer_us(row: KvRow) -> float | None:
+    if row.write_us is not None and row.attention_us is not None:
+        return row.write_us + row.attention_us
+    return row.us
 
 
 class GemmResult(Result):

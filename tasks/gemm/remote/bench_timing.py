@@ -145,6 +145,38 @@ def time_rotations(calls, device, repeats, do_bench=False, kernel_durations=Fals
     return seconds, row
 
 
+def cold_kernel_us(calls, before_each, device):
+    """Each kernel's profiled µs a call with ``before_each`` run ahead of every call in the same
+    CUDA graph: ``before_each`` evicts the L2 (and re-makes what the step's previous kernel leaves
+    hot), so a call finds its operands where the server's layer finds them, after the rest of the
+    model streamed through the cache. The profiled durations leave ``before_each``'s kernels out of
+    a caller's sum by name. {"error": why} where the graph or the profiler fails."""
+    if device != "cuda":
+        return {"error": "CUDA only"}
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for fn in calls:
+                before_each()
+                fn()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for fn in calls:
+                before_each()
+                fn()
+        return graph_kernel_us(graph.replay, len(calls))
+    except Exception as err:  # noqa: BLE001 - a diagnostic pass: the warm timing stands without it
+        return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"}
+
+
+def flush_bytes(device, floor=256 << 20):
+    """Bytes that evict the L2: twice the device's L2 (torch reports it), at least ``floor``."""
+    size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) if device == "cuda" else 0
+    return max(floor, 2 * size)
+
+
 def graph_kernel_us(replay, copies):
     """Each kernel's µs a call (its profiled durations over ``copies`` calls a replay), as the server's
     trace measures kernels: a micro's graph-replay time a call holds the gaps between them too, so
