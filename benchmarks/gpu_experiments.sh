@@ -109,6 +109,9 @@ for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basen
 for t in $(find "$dir/state/host/traces" -name "*rank0*.pt.trace.json.gz" -size -12M 2>/dev/null); do
   where=$(dirname "${t#"$dir"/state/host/traces}" | tr -d / ); cp "$t" "$pack/${where:-base}.rank0.trace.json.gz"
 done
+# the KV micro's kernels (warm, cold) beside the base's and the FP8 variant's traced kernels
+[ -f "$pack/fp8_kv_cache.rank0.trace.json.gz" ] && python3 "$ROOT/benchmarks/kv_micro_vs_trace.py" "$dir/state/todo.json" \
+  "$pack/base.rank0.trace.json.gz" "$pack/fp8_kv_cache.rank0.trace.json.gz" > "$pack/kv_micro_vs_trace.txt" 2>&1
 # vLLM's n-gram drafters timed over this campaign's recorded outputs (the GPU kernel on this GPU)
 timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.json" "$dir/reports/ledger.json" \
   > "$pack/ngram_drafter_time.txt" 2>&1 || true

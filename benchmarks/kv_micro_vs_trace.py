@@ -1,0 +1,110 @@
+"""The FP8 KV micro's kernels beside the server's, kernel by kernel: what the micro profiled (the warm
+rotation, and the cold pass with the L2 evicted ahead of every layer, where it ran) at one sequence,
+against the same kernels in the base's and the FP8 variant's traces (rank 0, decode steps: kernels
+launched one block a token, the FlashAttention decode and its combine).
+
+The prediction reads the micro's change (FP8 minus the model's KV dtype) a layer; the traces hold
+what the server's kernels did. A micro that reproduces the server's kernels gives their figures
+here, each dtype; one that does not says by how much and in which kernel.
+
+usage: python benchmarks/kv_micro_vs_trace.py TODO_JSON[.gz] BASE_TRACE FP8_TRACE [--m 1]
+  (the traces as benchmarks/gpu_experiments.sh packs them: base.rank0.trace.json.gz,
+   fp8_kv_cache.rank0.trace.json.gz)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+PARTS = {
+    "write": "reshape_and_cache",
+    "attention": "FlashAttnFwdSm90",
+    "combine": "FlashAttnFwdCombine",
+}
+"""The layer's kernels by a piece of their names (the same in the micro's profile and the traces)."""
+
+
+def _load(path: Path):
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def trace_us(path: Path) -> dict[str, float]:
+    """Each part's median µs a call over the trace's decode launches: the write at one token (grid 1),
+    the decode attention and its combine (the launch shape seen most; prefill's are few)."""
+    durations: dict[str, dict[str, list[float]]] = {part: {} for part in PARTS}
+    for event in _load(path)["traceEvents"]:
+        if event.get("cat") != "kernel":
+            continue
+        for part, piece in PARTS.items():
+            if piece in event["name"]:
+                args = event.get("args", {})
+                grid = f"{args.get('grid')} {args.get('block')}"
+                durations[part].setdefault(grid, []).append(event["dur"])
+    out = {}
+    for part, by_grid in durations.items():
+        one_token = [durations for launch, durations in by_grid.items() if launch.startswith("[1, 1, 1] ")]
+        if part == "write" and one_token:
+            out[part] = statistics.median(one_token[0])
+        elif by_grid:
+            out[part] = statistics.median(max(by_grid.values(), key=len))
+    return out
+
+
+def micro_us(todo: Path, m: int) -> dict[tuple[str, str], dict[str, float]]:
+    """(dtype, pass) -> part -> µs a call, from the KV micro's rows at ``m`` sequences and their
+    shortest context (the capture's contexts are short)."""
+    todos = {t["id"]: t for t in _load(todo)["todos"]}
+    rows = [r for r in todos["gemm_bench"]["result"].get("kv_rows", []) if r.get("m") == m and not r.get("skipped")]
+    if not rows:
+        raise SystemExit(f"{todo}: the KV micro has no timed row at m={m}")
+    context = min(r["context"] for r in rows)
+    out = {}
+    for row in (r for r in rows if r["context"] == context):
+        for label, kernels in (("warm", row.get("kernels_us")), ("cold", row.get("cold_kernels_us"))):
+            if kernels:
+                out[(row["kv_dtype"], label)] = {
+                    part: sum(us for name, us in kernels.items() if piece in name) for part, piece in PARTS.items()
+                }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("todo", type=Path)
+    parser.add_argument("base_trace", type=Path)
+    parser.add_argument("fp8_trace", type=Path)
+    parser.add_argument("--m", type=int, default=1)
+    args = parser.parse_args()
+    traced = {"auto": trace_us(args.base_trace), "fp8": trace_us(args.fp8_trace)}
+    micro = micro_us(args.todo, args.m)
+    passes = sorted({label for _, label in micro}, reverse=True)
+    header = ["kernel", "trace bf16", "trace FP8", "trace change"]
+    for label in passes:
+        header += [f"micro {label} bf16", f"micro {label} FP8", f"micro {label} change"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+
+    def cells(auto: float | None, fp8: float | None) -> list[str]:
+        if auto is None or fp8 is None:
+            return ["-", "-", "-"]
+        return [f"{auto:.2f}", f"{fp8:.2f}", f"{fp8 - auto:+.2f}"]
+
+    totals = {key: 0.0 for key in ["trace", *passes]}
+    for part in PARTS:
+        row = [part, *cells(traced["auto"].get(part), traced["fp8"].get(part))]
+        totals["trace"] += traced["fp8"].get(part, 0.0) - traced["auto"].get(part, 0.0)
+        for label in passes:
+            auto, fp8 = micro.get(("auto", label), {}).get(part), micro.get(("fp8", label), {}).get(part)
+            row += cells(auto, fp8)
+            totals[label] += (fp8 or 0.0) - (auto or 0.0)
+        print("| " + " | ".join(row) + " |")
+    print("FP8 change a layer, µs: " + ", ".join(f"{key} {value:+.2f}" for key, value in totals.items()))
+
+
+if __name__ == "__main__":
+    main()
