@@ -167,3 +167,17 @@ def test_what_an_experiment_measured_of_a_speculative_step_and_of_fp8_kv_stands_
     assert "kv_fp8_layer_delta_us = 3.9 (earlier record: earlier/fp8_kv_cache/2020-01-01" in fp8, fp8
     assert "in place of the assumptions it is derived from" in fp8
     assert "assumed: from kv_fp8_overhead_us_per_layer and kv_fp8_bytes_ratio" in row(without, "FP8 KV cache")
+
+
+def test_two_campaigns_of_one_checkpoint_from_different_work_folders_are_repeats() -> None:
+    """The H100's two Llama-8B runs served the same W4A16 checkpoint from /tmp/work and /tmp/work2
+    (each campaign from a clean folder): one configuration, so their spread is reported; another
+    checkpoint (another folder name) is not a repeat."""
+    first, second, other = (
+        record(c, "int4_weights", 2.6, realised, realised - 0.01, realised + 0.01)
+        for c, realised in (("a", 2.451), ("b", 2.467), ("c", 1.0))
+    )
+    first.change, second.change = "model /tmp/work/models/llama8b_w4a16", "model /tmp/work2/models/llama8b_w4a16"
+    other.change = "model /tmp/work/models/llama8b_awq"
+    [repeated] = [line for line in summary_lines([first, second, other]) if line.startswith("repeated:")]
+    assert "2 campaigns" in repeated and "+2.451 to +2.467 ms" in repeated

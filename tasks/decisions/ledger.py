@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -212,8 +213,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def same_configuration(record: LedgerRecord) -> tuple[str, ...]:
     """What makes two records repeats of one experiment: the option and its change, the model
-    shape, the hardware, the vLLM version and the level."""
-    return (record.option, record.change, record.model, record.hardware, record.vllm or "", str(record.concurrency))
+    shape, the hardware, the vLLM version and the level. A variant's model is named by its folder,
+    not where that lies: two campaigns from clean work folders hold the same checkpoint under
+    different parents (the H100's two Llama-8B runs: /tmp/work/models/llama8b_w4a16 and
+    /tmp/work2/models/llama8b_w4a16)."""
+    change = re.sub(r"model (\S+)", lambda found: "model " + PurePosixPath(found[1]).name, record.change)
+    return (record.option, change, record.model, record.hardware, record.vllm or "", str(record.concurrency))
 
 
 def summary_lines(records: list[LedgerRecord]) -> list[str]:
