@@ -90,6 +90,23 @@ def copy_ceiling_gbps(device, repeats):
     return 2 * size / seconds / 1e9  # read + write
 
 
+def captured(calls):
+    """One CUDA graph of ``calls`` in order, after one warm run on a side stream."""
+    stream = torch.cuda.Stream()
+    # the operands were written on the current stream: the side stream waits for them
+    # (without it a block table still being filled sent FlashAttention out of bounds)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in calls:
+            fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for fn in calls:
+            fn()
+    return graph
+
+
 def time_rotations(calls, device, repeats, do_bench=False, kernel_durations=False):
     """Seconds a call (median), with how it was timed; ``calls`` holds one closure per rotated copy.
     With ``do_bench`` on CUDA, the same calls timed by Triton too (do_bench for eager launches,
@@ -106,18 +123,7 @@ def time_rotations(calls, device, repeats, do_bench=False, kernel_durations=Fals
     seconds = None
     if device == "cuda":
         try:  # CUDA graph replay: launch overhead out of the measurement, as vLLM decodes
-            stream = torch.cuda.Stream()
-            # the operands were written on the current stream: the side stream waits for them
-            # (without it a block table still being filled sent FlashAttention out of bounds)
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for fn in calls:
-                    fn()
-            torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for fn in calls:
-                    fn()
+            graph = captured(calls)
             seconds = median_seconds(graph.replay, device, repeats, 1, row) / copies
             row["timing"] = "CUDA events around CUDA graph replays"
             if kernel_durations:
@@ -154,18 +160,7 @@ def cold_kernel_us(calls, before_each, device):
     if device != "cuda":
         return {"error": "CUDA only"}
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for fn in calls:
-                before_each()
-                fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for fn in calls:
-                before_each()
-                fn()
+        graph = captured([step for fn in calls for step in (before_each, fn)])
         return graph_kernel_us(graph.replay, len(calls))
     except Exception as err:  # noqa: BLE001 - a diagnostic pass: the warm timing stands without it
         return {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}"}
