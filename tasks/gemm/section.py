@@ -146,6 +146,7 @@ def kv_section(gemm: GemmResult) -> str:
             ]
         )
     first = gemm.kv_rows[0]
+    timed = [row for row in gemm.kv_rows if row.skipped is None]
     return (
         "\n**FP8 KV-cache micro** (`fp8_kv_cache`'s input, before any experiment): one attention layer's"
         " decode work as the server runs it, µs: the cache write (`reshape_and_cache_flash`, quantising to"
@@ -155,7 +156,7 @@ def kv_section(gemm: GemmResult) -> str:
             "each layer's cache and scales its own copy; each kernel profiled with the L2 evicted ahead of"
             " every layer, as the rest of the step's weights evict it in the server; the rotation's own"
             " timings, with the L2 holding what fits, in the note)"
-            if all(row.cold for row in gemm.kv_rows if row.skipped is None)
+            if timed and all(row.cold for row in timed)
             else "each layer's cache its own copy)"
         )
         + ", with the KV cache in the model's dtype and in FP8 e4m3 (scales 1: dummy weights give"
