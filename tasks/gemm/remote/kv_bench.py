@@ -214,14 +214,22 @@ def cold_parts(layers, write, attend, parts, remake, notes):
     for layer in layers:
         write_call, attend_call = write(layer), attend(layer)
         steps.append(lambda w=write_call, a=attend_call: (w(), a()))
-    profiled = cold_kernel_us(steps, make_step_inputs, "cuda")
+    out, why = cold_sums(cold_kernel_us(steps, make_step_inputs, "cuda"), parts)
+    if why:
+        notes.append(why)
+    return out
+
+
+def cold_sums(profiled, parts):
+    """The cold pass's figures from its profile: each part's kernels (named by the warm pass, ``parts``:
+    part -> {kernel name: µs}) summed, the flush's and ``remake``'s kernels left out; ({}, why) where
+    the profile failed or lacks one of the parts' kernels."""
     missing = [name for names in parts.values() for name in names if name not in profiled]
     if "error" in profiled or missing:
-        notes.append(f"cold pass not profiled ({profiled.get('error') or 'no ' + missing[0][:60]})")
-        return {}
-    out = {f"cold_{part}_us": sum(profiled.get(name, 0.0) for name in names) for part, names in parts.items()}
+        return {}, f"cold pass not profiled ({profiled.get('error') or 'no ' + missing[0][:60]})"
+    out = {f"cold_{part}_us": sum(profiled[name] for name in names) for part, names in parts.items()}
     out["cold_kernels_us"] = {name: us for name, us in profiled.items() if any(name in n for n in parts.values())}
-    return out
+    return out, None
 
 
 def main():
