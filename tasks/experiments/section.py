@@ -12,11 +12,12 @@ from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_
 from tasks.decisions.rules import campaign_rules
 from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import chain_ids
+from tasks.experiments.kv_kernels import kv_kernel_note
 from tasks.experiments.levels_section import levels_table
 from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.sweep_section import sweep_section
-from tasks.experiments.verify import Verification, verify
+from tasks.experiments.verify import Verification, variant_findings, verify
 from tasks.view import Findings, fmt
 
 
@@ -132,7 +133,12 @@ def experiments_section(findings: Findings) -> str:
                     else " (assumed)"
                 )
             )
-        text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v)]) + ".\n"
+        kernels = (
+            kv_kernel_note(findings, variant_findings(findings, v.experiment))
+            if v.experiment.option == "fp8_kv_cache"
+            else None
+        )
+        text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v), kernels] if note) + ".\n"
     if candidates or not_applicable:
         text += (
             f'\n`experiments = "auto"` ran {ELIGIBLE}. Options it cannot apply by configuration: '
