@@ -71,16 +71,16 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
     cold = auto_row.cold and fp8_row.cold
     micro_auto, micro_fp8 = micro_us(auto_row, cold), micro_us(fp8_row, cold)
     parts = []
-    sums = [0.0, 0.0]
+    traced_total = micro_total = 0.0
     for label in KERNELS:
         if label not in base or label not in fp8:
             continue
         text = f"{label} {base[label]:.2f} → {fp8[label]:.2f} ({fp8[label] - base[label]:+.2f})"
-        sums[0] += fp8[label] - base[label]
+        traced_total += fp8[label] - base[label]
         if label in micro_auto and label in micro_fp8:
             change = micro_fp8[label] - micro_auto[label]
             text += f", micro {micro_auto[label]:.2f} → {micro_fp8[label]:.2f} ({change:+.2f})"
-            sums[1] += change
+            micro_total += change
         parts.append(text)
     if not parts:
         return None
@@ -89,5 +89,5 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
         f"kernel by kernel, µs a call, the model's KV dtype → FP8, the traces' p50 against the KV micro's"
         f" profile ({which}; {auto_row.m} sequence(s), {auto_row.context} tokens): "
         + "; ".join(parts)
-        + f"; a layer {sums[0]:+.2f} traced against {sums[1]:+.2f} in the micro"
+        + f"; a layer {traced_total:+.2f} traced against {micro_total:+.2f} in the micro"
     )
