@@ -18,14 +18,13 @@ import argparse
 import gzip
 import json
 import statistics
+import sys
 from pathlib import Path
 
-PARTS = {
-    "write": "reshape_and_cache",
-    "attention": "FlashAttnFwdSm90",
-    "combine": "FlashAttnFwdCombine",
-}
-"""The layer's kernels by a piece of their names (the same in the micro's profile and the traces)."""
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tasks.experiments.kv_kernels import KERNELS, micro_us
+from tasks.gemm.results import KvRow
 
 
 def _load(path: Path):
@@ -36,11 +35,11 @@ def _load(path: Path):
 def trace_us(path: Path) -> dict[str, float]:
     """Each part's median µs a call over the trace's decode launches: the write at one token (grid 1),
     the decode attention and its combine (the launch shape seen most; prefill's are few)."""
-    durations: dict[str, dict[str, list[float]]] = {part: {} for part in PARTS}
+    durations: dict[str, dict[str, list[float]]] = {part: {} for part in KERNELS}
     for event in _load(path)["traceEvents"]:
         if event.get("cat") != "kernel":
             continue
-        for part, piece in PARTS.items():
+        for part, piece in KERNELS.items():
             if piece in event["name"]:
                 args = event.get("args", {})
                 grid = f"{args.get('grid')} {args.get('block')}"
@@ -48,28 +47,27 @@ def trace_us(path: Path) -> dict[str, float]:
     out = {}
     for part, by_grid in durations.items():
         one_token = [durations for launch, durations in by_grid.items() if launch.startswith("[1, 1, 1] ")]
-        if part == "write" and one_token:
+        if part == "the cache write" and one_token:
             out[part] = statistics.median(one_token[0])
         elif by_grid:
             out[part] = statistics.median(max(by_grid.values(), key=len))
     return out
 
 
-def micro_us(todo: Path, m: int) -> dict[tuple[str, str], dict[str, float]]:
-    """(dtype, pass) -> part -> µs a call, from the KV micro's rows at ``m`` sequences and their
-    shortest context (the capture's contexts are short)."""
+def micro_by_pass(todo: Path, m: int) -> dict[tuple[str, str], dict[str, float]]:
+    """(dtype, pass) -> kernel -> µs a call, from the KV micro's rows at ``m`` sequences and their
+    shortest context (the capture's contexts are short), as the findings read them."""
     todos = {t["id"]: t for t in _load(todo)["todos"]}
-    rows = [r for r in todos["gemm_bench"]["result"].get("kv_rows", []) if r.get("m") == m and not r.get("skipped")]
+    raw = todos["gemm_bench"]["result"].get("kv_rows", [])
+    rows = [KvRow.model_validate(r) for r in raw if r.get("m") == m and not r.get("skipped")]
     if not rows:
         raise SystemExit(f"{todo}: the KV micro has no timed row at m={m}")
-    context = min(r["context"] for r in rows)
+    context = min(row.context for row in rows)
     out = {}
-    for row in (r for r in rows if r["context"] == context):
-        for label, kernels in (("warm", row.get("kernels_us")), ("cold", row.get("cold_kernels_us"))):
-            if kernels:
-                out[(row["kv_dtype"], label)] = {
-                    part: sum(us for name, us in kernels.items() if piece in name) for part, piece in PARTS.items()
-                }
+    for row in (r for r in rows if r.context == context):
+        for label, cold in (("warm", False), ("cold", True)):
+            if row.cold_kernels_us if cold else row.kernels_us:
+                out[(row.kv_dtype, label)] = micro_us(row, cold)
     return out
 
 
@@ -81,7 +79,7 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=1)
     args = parser.parse_args()
     traced = {"auto": trace_us(args.base_trace), "fp8": trace_us(args.fp8_trace)}
-    micro = micro_us(args.todo, args.m)
+    micro = micro_by_pass(args.todo, args.m)
     passes = sorted({label for _, label in micro}, reverse=True)
     header = ["kernel", "trace bf16", "trace FP8", "trace change"]
     for label in passes:
@@ -95,7 +93,7 @@ def main() -> None:
         return [f"{auto:.2f}", f"{fp8:.2f}", f"{fp8 - auto:+.2f}"]
 
     totals = {key: 0.0 for key in ["trace", *passes]}
-    for part in PARTS:
+    for part in KERNELS:
         row = [part, *cells(traced["auto"].get(part), traced["fp8"].get(part))]
         totals["trace"] += traced["fp8"].get(part, 0.0) - traced["auto"].get(part, 0.0)
         for label in passes:
