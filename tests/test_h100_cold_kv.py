@@ -1,0 +1,108 @@
+"""Today's rules on the first campaign whose FP8 KV micro ran its cold pass (tasks/gemm/remote/kv_bench.py
+cold_parts): the Qwen3-30B-A3B shape (bf16, dummy weights, TP 1, vLLM 0.26) on a lent H100 80GB from a
+clean work folder, the GPU drafter, W4A16 and FP8 KV as experiments at c = 1, 2 and 4
+(tests/data/h100_qwen3moe_run3_todo.json.gz as the H100 left it; `SHAPE=qwen3moe_bf16 MODE=all
+CONC_MAX=4 GPU_MEM=0.92 benchmarks/gpu_experiments.sh`). Real GPU measurements re-read on CPU by
+benchmarks/predictions_again.py; no rule was changed after this run (out of sample)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.predictions_again import predictions_again  # noqa: E402
+
+RUN3 = DATA / "h100_qwen3moe_run3_todo.json.gz"
+CONFIG = DATA / "h100_qwen3moe_all_experiments.toml"
+RUN2_LEDGER = ROOT / "benchmarks" / "results" / "h100_qwen3moe_run2_ledger.json"
+
+
+def _by_level(rows, experiment: str) -> dict[int, object]:
+    return {row.concurrency: row for row in rows if row.experiment == experiment}
+
+
+def _ratio(row) -> float:
+    return row.predicted_ms / row.realised.delta_ms
+
+
+@pytest.fixture(scope="module")
+def rows():
+    record, rows = predictions_again(RUN3, CONFIG)
+    assert record.concurrency == 1
+    return rows
+
+
+def test_the_cold_pass_puts_the_fp8_prediction_nearer_the_realised_change_than_the_warm_rotation(
+    rows, tmp_path: Path
+) -> None:
+    """The same todo file twice: as stored (the KV micro's cold pass, the L2 evicted ahead of each layer,
+    read by the prediction) and with the cold figures taken out (the warm rotation, whose caches fit the
+    L2: what every campaign before it read). Warm: 0.28 / 0.29 / 0.26 of the realised change; cold:
+    1.29 / 1.29 / 1.38. The cold pass is nearer at every level (in ratio, either side of 1) and keeps
+    the sign; it over-predicts because its bf16 decode attention is 1.1 µs a call under the server's
+    (kv_micro_vs_trace: 8.65 against 9.73) while its FP8 one matches (10.86 against 10.88)."""
+    document = json.loads(gzip.decompress(RUN3.read_bytes()))
+    micro = next(todo for todo in document["todos"] if todo["id"] == "gemm_bench")
+    assert all(row["cold_write_us"] and row["cold_attention_us"] for row in micro["result"]["kv_rows"])
+    for row in micro["result"]["kv_rows"]:
+        for field in ("cold_write_us", "cold_attention_us", "cold_kernels_us"):
+            row.pop(field)
+    warm_todo = tmp_path / "warm_todo.json.gz"
+    warm_todo.write_bytes(gzip.compress(json.dumps(document).encode()))
+    cold = _by_level(rows, "fp8_kv_cache")
+    warm = _by_level(predictions_again(warm_todo, CONFIG)[1], "fp8_kv_cache")
+    assert sorted(cold) == sorted(warm) == [1, 2, 4]
+    for level in (1, 2, 4):
+        assert cold[level].predicted_ms < 0 and cold[level].realised.delta_ms < 0  # slower, both
+        assert abs(math.log(_ratio(cold[level]))) < abs(math.log(_ratio(warm[level]))), level
+        assert 1.0 < _ratio(cold[level]) < 1.5, level  # high: the bf16 attention's residual
+        assert _ratio(warm[level]) < 0.5, level
+
+
+def test_the_findings_line_reads_the_cold_pass_kernel_by_kernel(tmp_path: Path) -> None:
+    """The FP8 experiment's calibration line sets the cold pass's kernels beside the traces': the FP8
+    cache write 2.06 → 4.45 against the traces' 1.95 → 4.29, the attention's residual named (8.65
+    against 9.73 in bf16)."""
+    from tests.test_h200_predictions import _calibration_lines
+
+    fp8 = _calibration_lines(tmp_path, RUN3.name, CONFIG.name)["fp8_kv_cache"]
+    assert "its cold pass, the L2 evicted ahead of each layer" in fp8
+    assert "the cache write 1.95 → 4.29 (+2.34), micro 2.06 → 4.45 (+2.39)" in fp8
+    assert "decode attention 9.73 → 10.88 (+1.15), micro 8.65 → 10.86 (+2.20)" in fp8
+
+
+def test_w4a16_within_a_quarter_above_one_sequence_and_inside_the_noise_at_one(rows) -> None:
+    """Marlin-MoE against the bf16 experts, from the micro at each level's tokens a step: 0.94 and 0.99
+    of the realised change at c=2 and c=4. At c=1 the realised change is -0.005 ms in [-0.028, +0.007]:
+    zero is inside it, so +0.097 predicted is no wrong sign (H100 run 2: +0.031 realised)."""
+    int4 = _by_level(rows, "int4_weights")
+    for level in (2, 4):
+        assert 0.8 <= _ratio(int4[level]) <= 1.25, level
+    one = int4[1]
+    assert one.realised.low_ms < 0 < one.realised.high_ms
+    assert not one.wrong_sign
+    assert all(row.inputs == "" for row in int4.values())  # every input measured by this campaign
+
+
+def test_the_gpu_drafter_from_a_clean_folder_is_an_upper_bound_and_an_earlier_record_brings_c1_in(rows) -> None:
+    """From a clean folder the drafter's step cost is assumed 0 and the gain predicted high at every level
+    (1.96 / 1.21 / 1.05); with H100 run 2's record (2.853 ms a step, same hardware, shape and vLLM) c=1
+    comes to 1.20. This run's experiment measured 3.645 ms: the cost moves 28% between two campaigns of
+    one configuration, so an earlier record is a stand-in, named so, not a measurement."""
+    clean = _by_level(rows, "speculative_decoding_gpu")
+    for row in clean.values():
+        assert row.inputs == "spec_gpu_step_extra_ms assumed"
+        assert row.predicted_ms > row.realised.delta_ms > 0
+    earlier = _by_level(predictions_again(RUN3, CONFIG, RUN2_LEDGER)[1], "speculative_decoding_gpu")
+    assert earlier[1].inputs.startswith("spec_gpu_step_extra_ms earlier record: h100-qwen3moe-experiments-all/")
+    assert 0.8 <= _ratio(earlier[1]) <= 1.25
+    assert _ratio(earlier[1]) < _ratio(clean[1])
