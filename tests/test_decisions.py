@@ -19,6 +19,7 @@ BASE = {
     "quantized": 0,
     "tpot_ms": 10.0,
     "tpot_spread_pct": 1.0,
+    "tpot_growth_ms": 0.0,
     "decode_tpot_ms": 10.0,
     "comm_ms": 3.0,
     "gemm_ms": 4.0,

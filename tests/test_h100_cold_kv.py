@@ -93,16 +93,22 @@ def test_w4a16_within_a_quarter_above_one_sequence_and_inside_the_noise_at_one(r
     assert all(row.inputs == "" for row in int4.values())  # every input measured by this campaign
 
 
-def test_the_gpu_drafter_from_a_clean_folder_is_an_upper_bound_and_an_earlier_record_brings_c1_in(rows) -> None:
+def test_the_gpu_drafter_from_a_clean_folder_is_an_upper_bound_and_an_earlier_record_brings_it_in(rows) -> None:
     """From a clean folder the drafter's step cost is assumed 0 and the gain predicted high at every level
-    (1.96 / 1.21 / 1.05); with H100 run 2's record (2.853 ms a step, same hardware, shape and vLLM) c=1
-    comes to 1.20. This run's experiment measured 3.645 ms: the cost moves 28% between two campaigns of
-    one configuration, so an earlier record is a stand-in, named so, not a measurement."""
+    (1.96 / 1.21 / 1.05). With H100 run 2's record (2.853 ms a step at c=1, same hardware, shape and vLLM):
+    1.20 / 1.00 / 1.05. That cost is the GPU waiting on the host, which async scheduling hides behind the
+    device's work: at c=2 the base's TPOT is 1.32 ms longer than at c=1 and hides that much of it, at c=4
+    (3.63 ms longer) all of it. Carried unchanged to every level it had given 1.20 / 0.80 / 0.82. This
+    run's experiment measured 3.645 ms: the cost moves 28% between two campaigns of one configuration,
+    so an earlier record is a stand-in, named so, not a measurement."""
     clean = _by_level(rows, "speculative_decoding_gpu")
     for row in clean.values():
         assert row.inputs == "spec_gpu_step_extra_ms assumed"
         assert row.predicted_ms > row.realised.delta_ms > 0
     earlier = _by_level(predictions_again(RUN3, CONFIG, RUN2_LEDGER)[1], "speculative_decoding_gpu")
-    assert earlier[1].inputs.startswith("spec_gpu_step_extra_ms earlier record: h100-qwen3moe-experiments-all/")
-    assert 0.8 <= _ratio(earlier[1]) <= 1.25
+    for level in (1, 2, 4):
+        assert earlier[level].inputs.startswith("spec_gpu_step_extra_ms earlier record: h100-qwen3moe-experiments-all/")
+        assert 0.8 <= _ratio(earlier[level]) <= 1.25, level
     assert _ratio(earlier[1]) < _ratio(clean[1])
+    assert _ratio(earlier[2]) < _ratio(clean[2])
+    assert earlier[4].predicted_ms == pytest.approx(clean[4].predicted_ms)  # all of it hidden at c=4

@@ -45,6 +45,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
         "quantized": None if figures.model is None else (1 if figures.model.weight_dtype != "bf16" else 0),
         "tpot_ms": figures.capture_tpot_ms,
         "tpot_spread_pct": figures.tpot_spread_pct(figures.capture_concurrency),
+        "tpot_growth_ms": None if figures.capture_tpot_ms is None else 0.0,
         "decode_tpot_ms": figures.decode_tpot_ms,
         "w4a16_vs_bf16_speedup": w4a16_speedup(figures.gemm.rows) if figures.gemm else None,
     }

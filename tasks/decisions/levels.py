@@ -59,6 +59,8 @@ def level_figures(
     out = dict(values)
     then, now = capture_tokens(figures), float(concurrency)
     out["tpot_ms"] = figures.tpot_by_concurrency.get(concurrency)
+    capture_tpot = values.get("tpot_ms")
+    out["tpot_growth_ms"] = out["tpot_ms"] - capture_tpot if out["tpot_ms"] is not None and capture_tpot else None
     out["tpot_spread_pct"] = figures.tpot_spread_pct(concurrency)
     for name in NOT_AT_OTHER_LEVELS:
         out[name] = None

@@ -23,6 +23,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "quantized": ("1 when the model's weights are not bf16", MODEL),
     "tpot_ms": ("TPOT at the capture's concurrency without the profiler (else with it)", SWEEP),
     "tpot_spread_pct": ("TPOT's spread over the repeats at that level, % of the median", SWEEP),
+    "tpot_growth_ms": ("the level's TPOT minus the capture's (0 at the capture's level)", SWEEP),
     "decode_tpot_ms": ("single-stream TPOT", SINGLE),
     "w4a16_vs_bf16_speedup": ("median over M=1 dense shapes of bf16 / W4A16 time", GEMM),
     "comm_ms": ("communication ms a decode step, rank 0", TRACE),
