@@ -97,7 +97,7 @@ def test_the_gpu_drafter_from_a_clean_folder_is_an_upper_bound_and_an_earlier_re
     """From a clean folder the drafter's step cost is assumed 0 and the gain predicted high at every level
     (1.96 / 1.21 / 1.05). With H100 run 2's record (2.853 ms a step at c=1, same hardware, shape and vLLM):
     1.20 / 1.00 / 1.05. That cost is the GPU waiting on the host, which async scheduling hides behind the
-    device's work: at c=2 the base's TPOT is 1.32 ms longer than at c=1 and hides that much of it, at c=4
+    device's work: at c=2 the base's TPOT is 1.38 ms longer than at c=1 and hides that much of it, at c=4
     (3.63 ms longer) all of it. Carried unchanged to every level it had given 1.20 / 0.80 / 0.82. This
     run's experiment measured 3.645 ms: the cost moves 28% between two campaigns of one configuration,
     so an earlier record is a stand-in, named so, not a measurement."""
