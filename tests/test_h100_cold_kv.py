@@ -3,7 +3,8 @@ cold_parts): the Qwen3-30B-A3B shape (bf16, dummy weights, TP 1, vLLM 0.26) on a
 clean work folder, the GPU drafter, W4A16 and FP8 KV as experiments at c = 1, 2 and 4
 (tests/data/h100_qwen3moe_run3_todo.json.gz as the H100 left it; `SHAPE=qwen3moe_bf16 MODE=all
 CONC_MAX=4 GPU_MEM=0.92 benchmarks/gpu_experiments.sh`). Real GPU measurements re-read on CPU by
-benchmarks/predictions_again.py; no rule was changed after this run (out of sample)."""
+benchmarks/predictions_again.py. The cold pass was built before this run (out of sample); the GPU drafter's
+level rule (its step cost hidden by tpot_growth_ms) was chosen after seeing it and run 2 (in-sample)."""
 
 from __future__ import annotations
 
