@@ -19,6 +19,7 @@ import gzip
 import json
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,10 +33,12 @@ def _load(path: Path):
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
-def trace_us(path: Path) -> dict[str, float]:
-    """Each part's median µs a call over the trace's decode launches: the write at one token (grid 1),
-    the decode attention and its combine (the launch shape seen most; prefill's are few)."""
+def trace_launches(path: Path) -> dict[str, tuple[float, str]]:
+    """Each part's median µs a call over the trace's decode launches, and the kernel's whole name there:
+    the write at one token (grid 1), the decode attention and its combine (the launch shape seen most;
+    prefill's are few)."""
     durations: dict[str, dict[str, list[float]]] = {part: {} for part in KERNELS}
+    names: dict[str, dict[str, Counter]] = {part: {} for part in KERNELS}
     for event in _load(path)["traceEvents"]:
         if event.get("cat") != "kernel":
             continue
@@ -44,13 +47,52 @@ def trace_us(path: Path) -> dict[str, float]:
                 args = event.get("args", {})
                 grid = f"{args.get('grid')} {args.get('block')}"
                 durations[part].setdefault(grid, []).append(event["dur"])
+                names[part].setdefault(grid, Counter())[event["name"]] += 1
     out = {}
     for part, by_grid in durations.items():
-        one_token = [durations for launch, durations in by_grid.items() if launch.startswith("[1, 1, 1] ")]
+        one_token = [launch for launch in by_grid if launch.startswith("[1, 1, 1] ")]
         if part == "the cache write" and one_token:
-            out[part] = statistics.median(one_token[0])
+            launch = one_token[0]
         elif by_grid:
-            out[part] = statistics.median(max(by_grid.values(), key=len))
+            launch = max(by_grid, key=lambda grid: len(by_grid[grid]))
+        else:
+            continue
+        out[part] = (statistics.median(by_grid[launch]), names[part][launch].most_common(1)[0][0])
+    return out
+
+
+def trace_us(path: Path) -> dict[str, float]:
+    """Each part's median µs a call over the trace's decode launches (trace_launches)."""
+    return {part: us for part, (us, _) in trace_launches(path).items()}
+
+
+def template_difference(micro: str, traced: str) -> str:
+    """Whether the micro profiled the kernel the server ran: the same whole name (its template
+    arguments), the first argument where they part, or unknown where the micro's name was cut (its
+    profiles before 2026-12-05 kept 120 characters)."""
+    if micro == traced:
+        return "same"
+    if len(micro) <= 120 and traced.startswith(micro):
+        return "unknown (the micro's name cut at 120 characters)"
+    micro_args, traced_args = micro.split(", "), traced.split(", ")
+    index = next((i for i, (a, b) in enumerate(zip(micro_args, traced_args, strict=False)) if a != b), None)
+    if index is None:  # one name runs on past the other's end
+        return f"differs: one name is the other's start ({len(micro)} against {len(traced)} characters)"
+    return f"differs at the name's piece {index} (split at commas): micro `{micro_args[index][:60]}`, trace `{traced_args[index][:60]}`"
+
+
+def micro_names(todo: Path, m: int) -> dict[tuple[str, str], dict[str, str]]:
+    """(dtype, pass) -> part -> the kernel's whole name as the micro's profile keeps it."""
+    todos = {t["id"]: t for t in _load(todo)["todos"]}
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for row in todos["gemm_bench"]["result"].get("kv_rows", []):
+        if row.get("m") != m or row.get("skipped"):
+            continue
+        for label, field in (("warm", "kernels_us"), ("cold", "cold_kernels_us")):
+            for name in row.get(field) or {}:
+                for part, piece in KERNELS.items():
+                    if piece in name:
+                        out.setdefault((row["kv_dtype"], label), {})[part] = name
     return out
 
 
@@ -78,7 +120,8 @@ def main() -> None:
     parser.add_argument("fp8_trace", type=Path)
     parser.add_argument("--m", type=int, default=1)
     args = parser.parse_args()
-    traced = {"auto": trace_us(args.base_trace), "fp8": trace_us(args.fp8_trace)}
+    launches = {"auto": trace_launches(args.base_trace), "fp8": trace_launches(args.fp8_trace)}
+    traced = {dtype: {part: us for part, (us, _) in by_part.items()} for dtype, by_part in launches.items()}
     micro = micro_by_pass(args.todo, args.m)
     passes = sorted({label for _, label in micro}, reverse=True)
     header = ["kernel", "trace bf16", "trace FP8", "trace change"]
@@ -102,6 +145,14 @@ def main() -> None:
             totals[label] += (fp8 or 0.0) - (auto or 0.0)
         print("| " + " | ".join(row) + " |")
     print("FP8 change a layer, µs: " + ", ".join(f"{key} {value:+.2f}" for key, value in totals.items()))
+    names = micro_names(args.todo, args.m)
+    for (dtype, label), by_part in sorted(names.items()):
+        for part, name in by_part.items():
+            if part in launches[dtype]:
+                verdict = template_difference(name, launches[dtype][part][1])
+                print(
+                    f"the micro's {label} {'bf16' if dtype == 'auto' else 'FP8'} {part} against the trace's: {verdict}"
+                )
 
 
 if __name__ == "__main__":

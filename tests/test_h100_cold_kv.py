@@ -113,3 +113,32 @@ def test_the_gpu_drafter_from_a_clean_folder_is_an_upper_bound_and_an_earlier_re
     assert _ratio(earlier[1]) < _ratio(clean[1])
     assert _ratio(earlier[2]) < _ratio(clean[2])
     assert earlier[4].predicted_ms == pytest.approx(clean[4].predicted_ms)  # all of it hidden at c=4
+
+
+def test_the_micro_keeps_whole_kernel_names_and_says_where_two_instantiations_part() -> None:
+    """The KV micro's profile now keeps a kernel's whole name (its template arguments name the
+    instantiation; 120 characters had kept none of them). Run alone on the H100 after run 3
+    (benchmarks/results/h100_kv_micro_full_names.jsonl, its first line the Qwen3-MoE shape):
+    benchmarks/kv_micro_vs_trace.py found every kernel of both passes the very instantiation run 3's
+    traces ran (results file), so the bf16 attention's residual is not another kernel. Here: the
+    names are whole, the two passes profiled one kernel, a name cut at 120 characters is "unknown",
+    and bf16 against FP8 attention names the first piece of the name where they part (the tile, 128 against 96)."""
+    from benchmarks.kv_micro_vs_trace import template_difference
+    from tasks.experiments.kv_kernels import KERNELS
+
+    rows = json.loads((ROOT / "benchmarks" / "results" / "h100_kv_micro_full_names.jsonl").read_text().splitlines()[0])
+    names = {
+        (row["kv_dtype"], part, field): name
+        for row in rows["rows"]
+        for field in ("kernels_us", "cold_kernels_us")
+        for name in row[field]
+        for part, piece in KERNELS.items()
+        if piece in name
+    }
+    assert len(names) == 12  # two dtypes x two passes x three kernels
+    attention = names[("auto", "decode attention", "cold_kernels_us")]
+    assert len(attention) > 1000 and attention == names[("auto", "decode attention", "kernels_us")]
+    assert template_difference(attention, attention) == "same"
+    assert template_difference(attention[:120], attention).startswith("unknown")
+    fp8 = names[("fp8", "decode attention", "cold_kernels_us")]
+    assert template_difference(attention, fp8).startswith("differs at the name's piece 5 (split at commas)")
