@@ -61,11 +61,6 @@ def trace_launches(path: Path) -> dict[str, tuple[float, str]]:
     return out
 
 
-def trace_us(path: Path) -> dict[str, float]:
-    """Each part's median µs a call over the trace's decode launches (trace_launches)."""
-    return {part: us for part, (us, _) in trace_launches(path).items()}
-
-
 def template_difference(micro: str, traced: str) -> str:
     """Whether the micro profiled the kernel the server ran: the same whole name (its template
     arguments), the first argument where they part, or unknown where the micro's name was cut (its
