@@ -68,15 +68,24 @@ def bench_point(spec, m, context, kv_dtype, repeats, kernels, quant_us):
     device = "cuda"
     storage = torch.uint8 if fp8 else torch.bfloat16
     scale = torch.ones(1, dtype=torch.float32, device=device)  # the query quantisation's, timed alone
+    # Probes (benchmarks/kv_cold_probe.py; the campaign sets neither): a layer's cache as the server
+    # holds it, a pool of that many blocks with the sequence in its first ones after the null block (a
+    # fresh server's free list hands them out in order); and the QKV projection's GEMM run ahead of the
+    # write in the cold pass, as the kernel before it in the server.
+    pool = int(spec.get("probe_pool_blocks") or 0)
     layers = []
     for _ in range(copies):
         # vLLM 0.26's layout: logical (blocks, heads, block, 2 x head), stored blocks x block x heads
-        physical = torch.zeros(m * blocks_each, block, kv_heads, 2 * head, dtype=storage, device=device)
+        blocks = max(pool, 1 + m * blocks_each) if pool else m * blocks_each
+        physical = torch.zeros(blocks, block, kv_heads, 2 * head, dtype=storage, device=device)
         key_cache, value_cache = physical[..., :head], physical[..., head:]
         if not fp8:
             key_cache.normal_()
             value_cache.normal_()
-        table = torch.randperm(m * blocks_each, device=device, dtype=torch.int32).view(m, blocks_each)
+        if pool:
+            table = torch.arange(1, 1 + m * blocks_each, device=device, dtype=torch.int32).view(m, blocks_each)
+        else:
+            table = torch.randperm(m * blocks_each, device=device, dtype=torch.int32).view(m, blocks_each)
         slots = (table[:, context // block] * block + context % block).to(torch.int64)
         # each layer's own q/k/v scales, as the server's attention layers hold them
         scales = [torch.ones(1, dtype=torch.float32, device=device) for _ in range(3)]
@@ -158,8 +167,13 @@ def bench_point(spec, m, context, kv_dtype, repeats, kernels, quant_us):
         notes.append(f"FA3 refused the ahead-made schedule ({type(err).__name__}): its own heuristics")
         attention_s, _ = time_rotations([attend(layer, None, 0) for layer in layers], device, repeats)
     if parts:
+        hidden = int(spec.get("probe_gemm_before") or 0)
+        weight = torch.randn(hidden, qkv.shape[1], dtype=torch.bfloat16, device=device) if hidden else None
+        states = torch.randn(m, hidden, dtype=torch.bfloat16, device=device) if hidden else None
 
         def remake():  # what the kernels before the write leave in the L2: the QKV output, the FP8 query
+            if weight is not None:
+                torch.mm(states, weight, out=qkv)
             qkv.copy_(qkv_made)
             if fp8:  # the server's torch.compile writes it in the kernel before attention
                 query_fp8.copy_(query)
