@@ -29,7 +29,8 @@ SHAPES = {  # attention per rank, and the hidden size the QKV projection reads
     "qwen3moe": {"q_heads": 32, "kv_heads": 4, "head_size": 128, "hidden": 2048},
     "llama8b": {"q_heads": 32, "kv_heads": 8, "head_size": 128, "hidden": 4096},
 }
-POOL_BYTES = 200 << 20  # a layer's KV cache in the server: ~10 GB over 48 layers on the H100's Qwen3-MoE runs
+POOL_BYTES = 200 << 20  # a layer's KV cache in the server, estimated (not read from a log): 0.92 x 80 GB
+# less 61 GB of weights and the graphs' and activations' memory leaves about 10 GB over 48 layers (H100, Qwen3-MoE)
 
 
 def probes(shape: dict[str, int], block: int) -> dict[str, dict[str, int]]:

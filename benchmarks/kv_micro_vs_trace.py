@@ -76,24 +76,10 @@ def template_difference(micro: str, traced: str) -> str:
     return f"differs at the name's piece {index} (split at commas): micro `{micro_args[index][:60]}`, trace `{traced_args[index][:60]}`"
 
 
-def micro_names(todo: Path, m: int) -> dict[tuple[str, str], dict[str, str]]:
-    """(dtype, pass) -> part -> the kernel's whole name as the micro's profile keeps it."""
-    todos = {t["id"]: t for t in _load(todo)["todos"]}
-    out: dict[tuple[str, str], dict[str, str]] = {}
-    for row in todos["gemm_bench"]["result"].get("kv_rows", []):
-        if row.get("m") != m or row.get("skipped"):
-            continue
-        for label, field in (("warm", "kernels_us"), ("cold", "cold_kernels_us")):
-            for name in row.get(field) or {}:
-                for part, piece in KERNELS.items():
-                    if piece in name:
-                        out.setdefault((row["kv_dtype"], label), {})[part] = name
-    return out
-
-
-def micro_by_pass(todo: Path, m: int) -> dict[tuple[str, str], dict[str, float]]:
-    """(dtype, pass) -> kernel -> µs a call, from the KV micro's rows at ``m`` sequences and their
-    shortest context (the capture's contexts are short), as the findings read them."""
+def micro_by_pass(todo: Path, m: int) -> dict[tuple[str, str], tuple[dict[str, float], dict[str, str]]]:
+    """(dtype, pass) -> (kernel -> µs a call, kernel -> its whole name as the profile keeps it), from the
+    KV micro's rows at ``m`` sequences and their shortest context (the capture's contexts are short),
+    as the findings read them."""
     todos = {t["id"]: t for t in _load(todo)["todos"]}
     raw = todos["gemm_bench"]["result"].get("kv_rows", [])
     rows = [KvRow.model_validate(r) for r in raw if r.get("m") == m and not r.get("skipped")]
@@ -103,8 +89,10 @@ def micro_by_pass(todo: Path, m: int) -> dict[tuple[str, str], dict[str, float]]
     out = {}
     for row in (r for r in rows if r.context == context):
         for label, cold in (("warm", False), ("cold", True)):
-            if row.cold_kernels_us if cold else row.kernels_us:
-                out[(row.kv_dtype, label)] = micro_us(row, cold)
+            kernels = row.cold_kernels_us if cold else row.kernels_us
+            if kernels:
+                names = {part: name for name in kernels for part, piece in KERNELS.items() if piece in name}
+                out[(row.kv_dtype, label)] = (micro_us(row, cold), names)
     return out
 
 
@@ -135,14 +123,13 @@ def main() -> None:
         row = [part, *cells(traced["auto"].get(part), traced["fp8"].get(part))]
         totals["trace"] += traced["fp8"].get(part, 0.0) - traced["auto"].get(part, 0.0)
         for label in passes:
-            auto, fp8 = micro.get(("auto", label), {}).get(part), micro.get(("fp8", label), {}).get(part)
+            auto, fp8 = (micro.get((dtype, label), ({}, {}))[0].get(part) for dtype in ("auto", "fp8"))
             row += cells(auto, fp8)
             totals[label] += (fp8 or 0.0) - (auto or 0.0)
         print("| " + " | ".join(row) + " |")
     print("FP8 change a layer, µs: " + ", ".join(f"{key} {value:+.2f}" for key, value in totals.items()))
-    names = micro_names(args.todo, args.m)
-    for (dtype, label), by_part in sorted(names.items()):
-        for part, name in by_part.items():
+    for (dtype, label), (_, names) in sorted(micro.items()):
+        for part, name in names.items():
             if part in launches[dtype]:
                 verdict = template_difference(name, launches[dtype][part][1])
                 print(
