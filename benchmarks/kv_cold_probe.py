@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.experiments.kv_kernels import KERNELS  # noqa: E402
+from tasks.gemm.kv_layer_kernels import KERNELS  # noqa: E402
 
 SHAPES = {  # attention per rank, and the hidden size the QKV projection reads
     "qwen3moe": {"q_heads": 32, "kv_heads": 4, "head_size": 128, "hidden": 2048},

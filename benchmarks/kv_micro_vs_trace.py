@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.experiments.kv_kernels import KERNELS, micro_us
+from tasks.gemm.kv_layer_kernels import KERNELS, micro_us
 from tasks.gemm.results import KvRow
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -42,31 +41,67 @@ def rows():
     return rows
 
 
-def test_the_cold_pass_puts_the_fp8_prediction_nearer_the_realised_change_than_the_warm_rotation(
-    rows, tmp_path: Path
-) -> None:
-    """The same todo file twice: as stored (the KV micro's cold pass, the L2 evicted ahead of each layer,
-    read by the prediction) and with the cold figures taken out (the warm rotation, whose caches fit the
-    L2: what every campaign before it read). Warm: 0.28 / 0.29 / 0.26 of the realised change; cold:
-    1.29 / 1.29 / 1.38. The cold pass is nearer at every level (in ratio, either side of 1) and keeps
-    the sign; it over-predicts because its bf16 decode attention is 1.1 µs a call under the server's
-    (kv_micro_vs_trace: 8.65 against 9.73) while its FP8 one matches (10.86 against 10.88)."""
+def _edited(tmp_path: Path, name: str, edit) -> Path:
+    """RUN3 with ``edit`` applied to its todos (id -> todo), written beside the test."""
     document = json.loads(gzip.decompress(RUN3.read_bytes()))
-    micro = next(todo for todo in document["todos"] if todo["id"] == "gemm_bench")
-    assert all(row["cold_write_us"] and row["cold_attention_us"] for row in micro["result"]["kv_rows"])
-    for row in micro["result"]["kv_rows"]:
+    edit({todo["id"]: todo for todo in document["todos"]})
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
+    return path
+
+
+def _warm(todos) -> None:  # the cold pass's figures taken out: what every campaign before run 3 read
+    rows = todos["gemm_bench"]["result"]["kv_rows"]
+    assert all(row["cold_write_us"] and row["cold_attention_us"] for row in rows)
+    for row in rows:
         for field in ("cold_write_us", "cold_attention_us", "cold_kernels_us"):
             row.pop(field)
-    warm_todo = tmp_path / "warm_todo.json.gz"
-    warm_todo.write_bytes(gzip.compress(json.dumps(document).encode()))
+
+
+def _untraced(todos) -> None:  # the base trace's attention-layer kernels taken out: the micro's bf16 side
+    rank = todos["analysis_breakdown"]["result"]["ranks"][0]
+    pieces = ("reshape_and_cache", "FlashAttnFwdSm90", "FlashAttnFwdCombine")
+    rank["top_kernels"] = [k for k in rank["top_kernels"] if not any(p in k["name"] for p in pieces)]
+
+
+def test_the_fp8_prediction_reads_the_servers_own_bf16_kernels_and_the_micros_cold_fp8_ones(
+    rows, tmp_path: Path
+) -> None:
+    """The same todo file three ways. Warm rotation (the caches fit the L2): 0.28 / 0.29 / 0.26 of the
+    realised change. Cold pass, both sides the micro's: 1.29 / 1.29 / 1.38, its bf16 decode attention
+    1.1 µs a call under the server's (8.65 against 9.73) while its FP8 one matches (10.86 against 10.88).
+    As stored and as the campaign now reads it, the model-dtype side the base trace's own kernels (the
+    trace's excess over the micro, 1.18 µs a layer, taken out of the micro's change at every level):
+    0.98 / 0.98 / 1.03. That rule was chosen after seeing this run and the Llama-8B micro run alone
+    (in-sample); a campaign after it is the test out of sample."""
     cold = _by_level(rows, "fp8_kv_cache")
-    warm = _by_level(predictions_again(warm_todo, CONFIG)[1], "fp8_kv_cache")
-    assert sorted(cold) == sorted(warm) == [1, 2, 4]
+    micro_only = _by_level(predictions_again(_edited(tmp_path, "u.json.gz", _untraced), CONFIG)[1], "fp8_kv_cache")
+    warm = _by_level(predictions_again(_edited(tmp_path, "w.json.gz", _warm), CONFIG)[1], "fp8_kv_cache")
+    assert sorted(cold) == sorted(warm) == sorted(micro_only) == [1, 2, 4]
     for level in (1, 2, 4):
         assert cold[level].predicted_ms < 0 and cold[level].realised.delta_ms < 0  # slower, both
-        assert abs(math.log(_ratio(cold[level]))) < abs(math.log(_ratio(warm[level]))), level
-        assert 1.0 < _ratio(cold[level]) < 1.5, level  # high: the bf16 attention's residual
+        assert 0.9 < _ratio(cold[level]) < 1.1, level
+        assert 1.25 < _ratio(micro_only[level]) < 1.5, level
         assert _ratio(warm[level]) < 0.5, level
+        # the excess, a layer, over Qwen3-MoE's 48 layers: the same shift at every level
+        shift = (cold[level].predicted_ms - micro_only[level].predicted_ms) * 1000 / 48
+        assert shift == pytest.approx(_excess_by_hand(), abs=1e-6), level
+
+
+def _excess_by_hand() -> float:
+    """The trace's p50 less the micro's cold bf16 at one sequence and 80 tokens, kernel by kernel, read
+    straight from the stored JSON: write 1.95 - 2.06, attention 9.73 - 8.65, combine 1.63 - 1.42."""
+    todos = {t["id"]: t for t in json.loads(gzip.decompress(RUN3.read_bytes()))["todos"]}
+    traced = todos["analysis_breakdown"]["result"]["ranks"][0]["top_kernels"]
+    row = next(
+        r for r in todos["gemm_bench"]["result"]["kv_rows"] if (r["m"], r["context"], r["kv_dtype"]) == (1, 80, "auto")
+    )
+    total = 0.0
+    for piece in ("reshape_and_cache", "FlashAttnFwdSm90", "FlashAttnFwdCombine"):
+        total += next(k["p50_us_per_call"] for k in traced if piece in k["name"])
+        total -= next(us for name, us in row["cold_kernels_us"].items() if piece in name)
+    assert 1.1 < total < 1.25
+    return total
 
 
 def test_the_findings_line_reads_the_cold_pass_kernel_by_kernel(tmp_path: Path) -> None:
@@ -79,6 +114,7 @@ def test_the_findings_line_reads_the_cold_pass_kernel_by_kernel(tmp_path: Path) 
     assert "its cold pass, the L2 evicted ahead of each layer" in fp8
     assert "the cache write 1.95 → 4.29 (+2.34), micro 2.06 → 4.45 (+2.39)" in fp8
     assert "decode attention 9.73 → 10.88 (+1.15), micro 8.65 → 10.86 (+2.20)" in fp8
+    assert "a layer +3.52 traced against +4.86 in the micro, +3.70 as the prediction read it" in fp8
 
 
 def test_w4a16_within_a_quarter_above_one_sequence_and_inside_the_noise_at_one(rows) -> None:
@@ -124,7 +160,7 @@ def test_the_micro_keeps_whole_kernel_names_and_says_where_two_instantiations_pa
     names are whole, the two passes profiled one kernel, a name cut at 120 characters is "unknown",
     and bf16 against FP8 attention names the first piece of the name where they part (the tile, 128 against 96)."""
     from benchmarks.kv_micro_vs_trace import template_difference
-    from tasks.experiments.kv_kernels import KERNELS
+    from tasks.gemm.kv_layer_kernels import KERNELS
 
     rows = json.loads((ROOT / "benchmarks" / "results" / "h100_kv_micro_full_names.jsonl").read_text().splitlines()[0])
     names = {

@@ -77,8 +77,9 @@ FIGURES: dict[str, tuple[str, str]] = {
     "kv_fp8_layer_delta_us_micro": (
         "one attention layer's decode work (cache write, paged attention; profiled with the L2 evicted ahead"
         " of each layer where the micro ran that pass) with the FP8 KV cache minus with the model's, at the"
-        " step's sequences and mean context",
-        GEMM,
+        " step's sequences and mean context; with the cold pass, the model's side the server's own kernels"
+        " (the base trace's p50 at the capture's level, carried to other levels by the micro's own)",
+        f"{GEMM}, the model's dtype from {TRACE} where its trace holds the layer's kernels",
     ),
     "kv_fp8_layer_delta_us": (
         "kv_fp8_overhead_us_per_layer - kv_read_ms x (1 - kv_fp8_bytes_ratio) x 1000 / layers",

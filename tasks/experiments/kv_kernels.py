@@ -10,38 +10,14 @@ attention 7.14 → 7.00 where the traces' went 9.63 → 10.40.
 from __future__ import annotations
 
 from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown
+from tasks.gemm.kv_layer_kernels import KERNELS, micro_us, traced_kernel_us
 from tasks.gemm.results import GEMM_BENCH, KvRow
 from tasks.view import Findings
-
-KERNELS = {
-    "the cache write": "reshape_and_cache",
-    "decode attention": "FlashAttnFwdSm90",
-    "its combine": "FlashAttnFwdCombine",
-}
-"""An attention layer's kernels by a piece of their names, the same in a profile and in a trace."""
 
 
 def traced_us(analysis: Breakdown | None) -> dict[str, float]:
     """Each kernel's p50 µs a call in rank 0's decode steps (its top kernels)."""
-    if analysis is None or not analysis.ranks:
-        return {}
-    out = {}
-    for label, piece in KERNELS.items():
-        found = [k for k in analysis.ranks[0].top_kernels if piece in k.name]
-        if found:
-            out[label] = max(found, key=lambda k: k.calls_per_step).p50_us_per_call
-    return out
-
-
-def micro_us(row: KvRow, cold: bool) -> dict[str, float]:
-    """Each kernel's profiled µs a call in the micro's row (its cold pass, or the warm rotation)."""
-    kernels = (row.cold_kernels_us if cold else row.kernels_us) or {}
-    out = {}
-    for label, piece in KERNELS.items():
-        found = [us for name, us in kernels.items() if piece in name]
-        if found:
-            out[label] = sum(found)
-    return out
+    return traced_kernel_us(analysis.ranks[0].top_kernels) if analysis and analysis.ranks else {}
 
 
 def micro_pair(findings: Findings, tokens: float, context: float) -> tuple[KvRow, KvRow] | None:
@@ -58,7 +34,9 @@ def micro_pair(findings: Findings, tokens: float, context: float) -> tuple[KvRow
 
 def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
     """One line: each kernel, µs a call with the model's KV dtype → with FP8, in the traces and in
-    the KV micro (the pass the prediction read), and the change a layer each adds up to."""
+    the KV micro (the pass the prediction read), and the change a layer each adds up to; with the
+    cold pass, also as the prediction read it: the base trace's own kernels against the micro's FP8
+    (`kv_trace_minus_micro_us`; at the capture's level, the line's)."""
     analysis = findings.result(ANALYSIS_BREAKDOWN)
     base, fp8 = traced_us(analysis), traced_us(variant.result(ANALYSIS_BREAKDOWN))
     tokens = (analysis.ranks[0].decode_tokens_per_step if analysis and analysis.ranks else None) or 1.0
@@ -71,7 +49,7 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
     cold = auto_row.cold and fp8_row.cold
     micro_auto, micro_fp8 = micro_us(auto_row, cold), micro_us(fp8_row, cold)
     parts = []
-    traced_total = micro_total = 0.0
+    traced_total = micro_total = read_total = 0.0
     for label in KERNELS:
         if label not in base or label not in fp8:
             continue
@@ -81,6 +59,7 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
             change = micro_fp8[label] - micro_auto[label]
             text += f", micro {micro_auto[label]:.2f} → {micro_fp8[label]:.2f} ({change:+.2f})"
             micro_total += change
+            read_total += micro_fp8[label] - (base[label] if cold else micro_auto[label])
         parts.append(text)
     if not parts:
         return None
@@ -90,4 +69,9 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
         f" profile ({which}; {auto_row.m} sequence(s), {auto_row.context} tokens): "
         + "; ".join(parts)
         + f"; a layer {traced_total:+.2f} traced against {micro_total:+.2f} in the micro"
+        + (
+            f", {read_total:+.2f} as the prediction read it (the base trace's kernels, the micro's FP8 ones)"
+            if cold
+            else ""
+        )
     )

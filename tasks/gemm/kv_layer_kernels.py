@@ -1,0 +1,40 @@
+"""An attention layer's decode kernels by name, read the same way from the KV micro's profile and
+from a trace's top kernels: the FP8 KV-cache prediction sets the server's own model-dtype kernels
+beside the micro's FP8 ones, and the experiment's calibration line names the kernel a miss is in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tasks.analysis.results import KernelFigures
+from tasks.gemm.results import KvRow
+
+KERNELS = {
+    "the cache write": "reshape_and_cache",
+    "decode attention": "FlashAttnFwdSm90",
+    "its combine": "FlashAttnFwdCombine",
+}
+"""An attention layer's kernels by a piece of their names, the same in a profile and in a trace."""
+
+
+def traced_kernel_us(top_kernels: Iterable[KernelFigures]) -> dict[str, float]:
+    """Each kernel's p50 µs a call among a rank's top decode kernels (the most-called of a name's
+    matches: a layer's kernel runs once a layer, another with the same piece less often)."""
+    kernels = list(top_kernels)
+    out = {}
+    for label, piece in KERNELS.items():
+        found = [k for k in kernels if piece in k.name]
+        if found:
+            out[label] = max(found, key=lambda k: k.calls_per_step).p50_us_per_call
+    return out
+
+
+def micro_us(row: KvRow, cold: bool) -> dict[str, float]:
+    """Each kernel's profiled µs a call in the micro's row (its cold pass, or the warm rotation)."""
+    kernels = (row.cold_kernels_us if cold else row.kernels_us) or {}
+    out = {}
+    for label, piece in KERNELS.items():
+        found = [us for name, us in kernels.items() if piece in name]
+        if found:
+            out[label] = sum(found)
+    return out
