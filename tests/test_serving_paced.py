@@ -168,8 +168,10 @@ def test_compare_two_campaigns_judges_each_difference_against_both_noises(tmp_pa
 def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_path: Path, pace_server) -> None:
     """Open loop at 25 requests/s, bursty arrivals (gamma shape 0.5), against the fake server of
     known pace (4 ms a token); requests 90-99 are streamed at 3x the pace (an injected fault),
-    so exactly those miss a TPOT SLO of 6 ms. Numbering: single stream 1-2, sweep warmup 3, c=1 4-43,
-    c=2 44-83, the rate level's warmup 84, its 40 requests 85-124."""
+    so exactly those miss a TPOT SLO of 8 ms (twice the pace: at 6 ms one request of the fault-free ones
+    was once paced over it by the fake server's own sleeps on a loaded 2-CPU machine; the faults are at 12).
+    Numbering: single stream 1-2, sweep warmup 3, c=1 4-43, c=2 44-83, the rate level's warmup 84, its 40
+    requests 85-124."""
     import urllib.request
 
     port = pace_server(ttft_ms=5, pace_ms=4, slow_requests="90-99")
@@ -177,7 +179,7 @@ def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_pa
     write_config(8)
     config = (tmp_path / "campaign.toml").read_text().replace("requests_per_level = 2", "requests_per_level = 40")
     (tmp_path / "campaign.toml").write_text(
-        config + "repeats = 1\nrequest_rates = [25.0]\nburstiness = 0.5\nslo_tpot_ms = 6.0\n"
+        config + "repeats = 1\nrequest_rates = [25.0]\nburstiness = 0.5\nslo_tpot_ms = 8.0\n"
     )
     result = run_cli(["resume"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -185,7 +187,7 @@ def test_request_rates_are_sent_as_asked_and_goodput_matches_a_hand_count(tmp_pa
     print(f"asked 25 req/s, sent {level['achieved_request_rate']:.2f} req/s over {level['duration_s']:.2f} s")
     assert level["request_rate"] == 25.0 and abs(level["achieved_request_rate"] - 25.0) / 25.0 < 0.05
     served = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=10).read())
-    assert len(served) == 124 and sum(1 for r in served if r["tpot_s"] > 0.006) == 10  # the hand count
+    assert len(served) == 124 and sum(1 for r in served if r["tpot_s"] > 0.008) == 10  # the hand count
     findings = (tmp_path / "reports" / "paced" / "findings.md").read_text()
     expected_goodput = 30 / level["duration_s"]
     assert f"| 25 req/s | 30/40 | 75.0 | {expected_goodput:.2f} |" in findings
