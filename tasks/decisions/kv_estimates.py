@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tasks.decisions.figures import KeyFigures
 from tasks.decisions.interpolate import linear_between
-from tasks.gemm.kv_layer_kernels import micro_us, traced_kernel_us
+from tasks.gemm.kv_layer_kernels import micro_us, nearest_pair, pairs_at, traced_kernel_us
 from tasks.gemm.results import KvRow, kv_pair_us
 
 
@@ -41,7 +41,7 @@ def kv_fp8_layer_delta_us(
         tokens = _traced_tokens(figures)
     excess = kv_trace_minus_micro_us(figures) or 0.0
     points = []
-    for m, (auto, fp8) in sorted(_pairs_at(rows, context).items()):
+    for m, (auto, fp8) in sorted(pairs_at(rows, context).items()):
         auto_us, fp8_us = kv_pair_us(auto, fp8)
         if auto_us is not None and fp8_us is not None:
             points.append((m, fp8_us - auto_us - (excess if auto.cold and fp8.cold else 0.0)))
@@ -64,9 +64,7 @@ def kv_trace_minus_micro_us(figures: KeyFigures) -> float | None:
     if not rows or not traced:
         return None
     context = capture.input_tokens + capture.output_tokens / 2 if capture else rows[0].context
-    pairs = _pairs_at(rows, context)
-    tokens = _traced_tokens(figures)
-    auto, _ = pairs[min(pairs, key=lambda m: (abs(m - tokens), m))] if pairs else (None, None)
+    auto, _ = nearest_pair(rows, _traced_tokens(figures), context) or (None, None)
     micro = micro_us(auto, cold=True) if auto is not None and auto.cold else {}
     shared = [label for label in traced if label in micro]
     return sum(traced[label] - micro[label] for label in shared) if shared else None
@@ -79,16 +77,6 @@ def _timed(figures: KeyFigures) -> list[KvRow]:
 
 def _traced_tokens(figures: KeyFigures) -> float:
     return (figures.rank0.decode_tokens_per_step if figures.rank0 else None) or figures.capture_concurrency
-
-
-def _pairs_at(rows: list[KvRow], context: float) -> dict[int, tuple[KvRow, KvRow]]:
-    """The model-dtype and FP8 rows by sequences, at the context timed nearest ``context``."""
-    nearest = min({row.context for row in rows}, key=lambda c: (abs(c - context), c))
-    by_m: dict[int, dict[str, KvRow]] = {}
-    for row in rows:
-        if row.context == nearest:
-            by_m.setdefault(row.m, {})[row.kv_dtype] = row
-    return {m: (v["auto"], v["fp8"]) for m, v in by_m.items() if "fp8" in v and "auto" in v}
 
 
 def kv_read_ms(figures: KeyFigures) -> float | None:

@@ -10,26 +10,14 @@ attention 7.14 → 7.00 where the traces' went 9.63 → 10.40.
 from __future__ import annotations
 
 from tasks.analysis.results import ANALYSIS_BREAKDOWN, Breakdown
-from tasks.gemm.kv_layer_kernels import KERNELS, micro_us, traced_kernel_us
-from tasks.gemm.results import GEMM_BENCH, KvRow
+from tasks.gemm.kv_layer_kernels import KERNELS, micro_us, nearest_pair, traced_kernel_us
+from tasks.gemm.results import GEMM_BENCH
 from tasks.view import Findings
 
 
 def traced_us(analysis: Breakdown | None) -> dict[str, float]:
     """Each kernel's p50 µs a call in rank 0's decode steps (its top kernels)."""
     return traced_kernel_us(analysis.ranks[0].top_kernels) if analysis and analysis.ranks else {}
-
-
-def micro_pair(findings: Findings, tokens: float, context: float) -> tuple[KvRow, KvRow] | None:
-    """The micro's model-dtype and FP8 rows nearest the capture's sequences and context."""
-    gemm = findings.result(GEMM_BENCH)
-    rows = [row for row in (gemm.kv_rows if gemm else []) if row.skipped is None and row.kernels_us]
-    if not rows:
-        return None
-    m = min({row.m for row in rows}, key=lambda value: (abs(value - tokens), value))
-    near = min({row.context for row in rows}, key=lambda value: (abs(value - context), value))
-    pair = {row.kv_dtype: row for row in rows if row.m == m and row.context == near}
-    return (pair["auto"], pair["fp8"]) if "auto" in pair and "fp8" in pair else None
 
 
 def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
@@ -42,7 +30,9 @@ def kv_kernel_note(findings: Findings, variant: Findings) -> str | None:
     tokens = (analysis.ranks[0].decode_tokens_per_step if analysis and analysis.ranks else None) or 1.0
     config = findings.session.config if findings.session else None
     context = config.macro.input_tokens + config.profile.output_tokens / 2 if config else 0.0
-    pair = micro_pair(findings, tokens, context)
+    gemm = findings.result(GEMM_BENCH)
+    rows = [row for row in (gemm.kv_rows if gemm else []) if row.skipped is None and row.kernels_us]
+    pair = nearest_pair(rows, tokens, context)
     if pair is None or not base or not fp8:
         return None
     auto_row, fp8_row = pair

@@ -38,3 +38,20 @@ def micro_us(row: KvRow, cold: bool) -> dict[str, float]:
         if found:
             out[label] = sum(found)
     return out
+
+
+def pairs_at(rows: list[KvRow], context: float) -> dict[int, tuple[KvRow, KvRow]]:
+    """The model-dtype and FP8 rows by sequences, at the context timed nearest ``context``."""
+    nearest = min({row.context for row in rows}, key=lambda c: (abs(c - context), c))
+    by_m: dict[int, dict[str, KvRow]] = {}
+    for row in rows:
+        if row.context == nearest:
+            by_m.setdefault(row.m, {})[row.kv_dtype] = row
+    return {m: (v["auto"], v["fp8"]) for m, v in by_m.items() if "fp8" in v and "auto" in v}
+
+
+def nearest_pair(rows: list[KvRow], tokens: float, context: float) -> tuple[KvRow, KvRow] | None:
+    """The model-dtype and FP8 rows nearest ``tokens`` sequences at the context timed nearest
+    ``context`` (the smaller count on a tie); None where no count has both."""
+    pairs = pairs_at(rows, context) if rows else {}
+    return pairs[min(pairs, key=lambda m: (abs(m - tokens), m))] if pairs else None
