@@ -81,6 +81,10 @@ def _union_us(ts: np.ndarray, dur: np.ndarray, step_of: np.ndarray) -> float:
     return float((running_end[closes] - ts[starts]).sum())
 
 
+IDLE_TOP = 8
+"""The kernels an idle figure names, those the device waited longest for."""
+
+
 def idle_before(
     chosen: np.ndarray, events: tuple[np.ndarray, ...], names: list[str], category_of_name: list[str]
 ) -> dict:
@@ -112,7 +116,7 @@ def idle_before(
     for index in np.nonzero(name_us)[0]:
         category = category_of_name[index]
         categories[category] = categories.get(category, 0.0) + float(name_us[index]) / 1000 / per_step
-    top = [i for i in np.argsort(-name_us, kind="stable")[:8] if name_us[i] > 0]
+    top = [i for i in np.argsort(-name_us, kind="stable")[:IDLE_TOP] if name_us[i] > 0]
     return {
         "idle_ms_per_step": float(gap.sum()) / 1000 / per_step,
         "categories": dict(sorted(categories.items(), key=lambda item: -item[1])),

@@ -12,7 +12,7 @@ from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_
 from tasks.decisions.rules import campaign_rules
 from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import chain_ids
-from tasks.experiments.kernel_moves import kernel_moves_note
+from tasks.experiments.kernel_moves import idle_moves_note, kernel_moves_note
 from tasks.experiments.kv_kernels import kv_kernel_note
 from tasks.experiments.levels_section import levels_table
 from tasks.experiments.plan import configured, experiments_run
@@ -136,8 +136,8 @@ def experiments_section(findings: Findings) -> str:
             )
         variant = variant_findings(findings, v.experiment)
         kernels = kv_kernel_note(findings, variant) if v.experiment.option == "fp8_kv_cache" else None
-        moves = kernel_moves_note(findings, variant)
-        text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v), kernels, moves] if note) + ".\n"
+        moves = [kernel_moves_note(findings, variant), idle_moves_note(findings, variant)]
+        text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v), kernels, *moves] if note) + ".\n"
     if candidates or not_applicable:
         text += (
             f'\n`experiments = "auto"` ran {ELIGIBLE}. Options it cannot apply by configuration: '
