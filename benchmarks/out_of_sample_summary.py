@@ -1,0 +1,52 @@
+"""Every GPU campaign stored since the rules they are judged by were fixed (out of sample: no rule
+was chosen looking at them), re-derived by today's rules and summed up: each row's predicted /
+realised, the median error at c=1 and over every level, the rows within 0.8-1.25, the wrong signs
+outside the realised interval. Each campaign ran from a clean work folder, no ledger.
+
+usage: python benchmarks/out_of_sample_summary.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.predictions_again import predictions_again  # noqa: E402
+
+DATA = ROOT / "tests" / "data"
+RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy weights, TP 1, 2026-12-06
+    ("Llama-8B run 3", "h100_llama8b_run3_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
+    ("Llama-8B run 4", "h100_llama8b_run4_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
+    ("Qwen3-MoE run 4", "h100_qwen3moe_run4_todo.json.gz", "h100_qwen3moe_all_experiments.toml"),
+    ("Qwen3-MoE run 5", "h100_qwen3moe_run5_todo.json.gz", "h100_qwen3moe_measured_experiments.toml"),
+]
+BAND = (0.8, 1.25)
+
+
+def main() -> None:
+    print("| campaign | option | level | predicted ms | realised ms | predicted / realised | not measured here |")
+    print("|---|---|---|---|---|---|---|")
+    errors, at_c1, within, wrong = [], [], 0, 0
+    for label, todo, config in RUNS:
+        for row in predictions_again(DATA / todo, DATA / config)[1]:
+            ratio = row.predicted_ms / row.realised.delta_ms
+            print(
+                f"| {label} | {row.experiment} | c={row.concurrency} | {row.predicted_ms:+.3f} |"
+                f" {row.realised.delta_ms:+.3f} | {ratio:.2f} | {row.inputs or '-'} |"
+            )
+            errors.append(row.error)
+            if row.concurrency == 1:
+                at_c1.append(row.error)
+            within += BAND[0] <= ratio <= BAND[1]
+            wrong += row.wrong_sign
+    print(f"\nrows: {len(errors)}; median error over every level {statistics.median(errors) * 100:.1f}%,")
+    print(f"at c=1 {statistics.median(at_c1) * 100:.1f}% over {len(at_c1)} rows;")
+    print(f"within {BAND[0]}-{BAND[1]}: {within} of {len(errors)}; wrong signs outside the realised interval: {wrong}")
+
+
+if __name__ == "__main__":
+    main()
