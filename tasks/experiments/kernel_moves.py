@@ -7,7 +7,8 @@ machine had it go 82.95 → 81.63: the realised change holds it, the prediction 
 The same for the device's idle time inside a step, charged to the kernel it then waited for: on the
 H100 (Qwen3-MoE, 2026-12-06) W4A16 saved 0.157 ms of device work at c=1 while its TPOT hardly moved
 (+0.008 ms), and the idle before each Machete kernel (4.11 µs, 96 a step: 0.394 ms, against about
-0.45 µs before a cuBLAS kernel) is where the rest went; no micro timed that gap."""
+0.45 µs before a cuBLAS kernel) is where the rest went; no micro timed that gap (the GEMM micro runs a GEMM
+back to back with itself; benchmarks/neighbour_gap_probe.py times one after an RMSNorm, not run yet)."""
 
 from __future__ import annotations
 
