@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tasks.decisions.ledger import LedgerRecord, summary_lines
+from tasks.decisions.ledger import LedgerRecord, LevelOutcome, summary_lines
 
 
 def record(campaign: str, option: str, predicted: float, realised: float, low: float, high: float) -> LedgerRecord:
@@ -49,6 +49,27 @@ def test_the_summary_is_per_option_with_repeats_and_provenance() -> None:
     assert any(line.startswith("median |calibrated") and "not a prediction" in line for line in lines)
     [repeated] = [line for line in lines if line.startswith("repeated:")]
     assert "int4_weights" in repeated and "-0.500 to -0.400 ms" in repeated and "spread 22%" in repeated
+
+
+def test_the_summary_gives_the_median_over_every_level_served() -> None:
+    """Each record's own level (c=1) and the sweep's other levels, in one median: 150%, 40%, 10% at
+    c=1 and 50%, 0% at c=2 / c=4 (a level with no prediction left out), so 40.0% over 5."""
+    spec = record("a", "speculative_decoding", 2.2, 2.0, 1.9, 2.1)
+    spec.levels = [
+        LevelOutcome(concurrency=c, predicted_ms=p, realised_ms=r, realised_low_ms=r, realised_high_ms=r)
+        for c, p, r in ((1, 2.2, 2.0), (2, 1.0, 2.0), (4, 3.0, 3.0), (8, None, 3.5))
+    ]
+    records = [
+        record("a", "int4_weights", +0.2, -0.4, -0.45, -0.35),
+        record("b", "int4_weights", -0.3, -0.5, -0.55, -0.45),
+    ]
+    lines = summary_lines([*records, spec])
+    assert lines[1] == (
+        "over every level served (each record's own and the sweep's other levels): median error 40.0% (5 predictions)"
+    )
+    assert "at the other levels served: median error 25.0% over 2 level(s)" in next(
+        line for line in lines if line.startswith("- speculative_decoding")
+    )
 
 
 def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -> None:

@@ -232,6 +232,12 @@ def summary_lines(records: list[LedgerRecord]) -> list[str]:
         "median |predicted - realised| / |realised| over the predictions made before their experiment: "
         + ("n/a" if error is None else f"{error * 100:.1f}% ({sum(r.error is not None for r in records)} records)")
     )
+    every = [r.error for r in records if r.error is not None] + _other_level_errors(records)
+    if every:
+        lines.append(
+            f"over every level served (each record's own and the sweep's other levels): median error"
+            f" {statistics.median(every) * 100:.1f}% ({len(every)} predictions)"
+        )
     for option in sorted({r.option for r in records}):
         mine = [r for r in records if r.option == option]
         own = median_error(mine)
@@ -244,12 +250,7 @@ def summary_lines(records: list[LedgerRecord]) -> list[str]:
             and not ((r.realised_low_ms or 0) <= 0 <= (r.realised_high_ms or 0))
         )
         rested = sorted({f"{name} {how.split(':')[0]}" for r in mine for name, how in r.provenance.items()})
-        others = [
-            level.error
-            for r in mine
-            for level in r.levels
-            if level.concurrency != r.concurrency and level.error is not None
-        ]
+        others = _other_level_errors(mine)
         lines.append(
             f"- {option}: {len(mine)} record(s), median error "
             + ("n/a" if own is None else f"{own * 100:.1f}%")
@@ -283,6 +284,16 @@ def summary_lines(records: list[LedgerRecord]) -> list[str]:
             + ("" if spread is None else f", spread {spread:.0f}% of the median")
         )
     return lines
+
+
+def _other_level_errors(records: list[LedgerRecord]) -> list[float]:
+    """The errors at the levels a record's experiment served beside its own (its own is the record's)."""
+    return [
+        level.error
+        for r in records
+        for level in r.levels
+        if level.concurrency != r.concurrency and level.error is not None
+    ]
 
 
 def _run(args: argparse.Namespace) -> int:
