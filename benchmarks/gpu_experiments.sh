@@ -120,4 +120,9 @@ done
 # vLLM's n-gram drafters timed over this campaign's recorded outputs (the GPU kernel on this GPU)
 timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.json" "$dir/reports/ledger.json" \
   > "$pack/ngram_drafter_time.txt" 2>&1 || true
+# each dense GEMM alone and after an RMSNorm in one CUDA graph, bf16 and W4A16 (Machete): the idle the
+# trace shows before each Machete kernel, which the GEMM micro's back-to-back timing does not hold
+case "$TAG" in qwen3moe|llama8b)
+  timeout 150 python3 "$ROOT/benchmarks/neighbour_gap_probe.py" "$TAG" > "$pack/neighbour_gap_probe.txt" 2>&1 || true ;;
+esac
 tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"
