@@ -8,14 +8,13 @@ usage: python benchmarks/out_of_sample_summary.py
 
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.predictions_again import predictions_again  # noqa: E402
+from benchmarks.predictions_again import predictions_again, summary_lines, table_lines  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy weights, TP 1, 2026-12-06
@@ -28,24 +27,17 @@ BAND = (0.8, 1.25)
 
 
 def main() -> None:
-    print("| campaign | option | level | predicted ms | realised ms | predicted / realised | not measured here |")
-    print("|---|---|---|---|---|---|---|")
-    errors, at_c1, within, wrong = [], [], 0, 0
+    rows, lines = [], []
     for label, todo, config in RUNS:
-        for row in predictions_again(DATA / todo, DATA / config)[1]:
-            ratio = row.predicted_ms / row.realised.delta_ms
-            print(
-                f"| {label} | {row.experiment} | c={row.concurrency} | {row.predicted_ms:+.3f} |"
-                f" {row.realised.delta_ms:+.3f} | {ratio:.2f} | {row.inputs or '-'} |"
-            )
-            errors.append(row.error)
-            if row.concurrency == 1:
-                at_c1.append(row.error)
-            within += BAND[0] <= ratio <= BAND[1]
-            wrong += row.wrong_sign
-    print(f"\nrows: {len(errors)}; median error over every level {statistics.median(errors) * 100:.1f}%,")
-    print(f"at c=1 {statistics.median(at_c1) * 100:.1f}% over {len(at_c1)} rows;")
-    print(f"within {BAND[0]}-{BAND[1]}: {within} of {len(errors)}; wrong signs outside the realised interval: {wrong}")
+        mine = predictions_again(DATA / todo, DATA / config)[1]
+        rows += mine
+        lines += table_lines(mine, label)[(2 if lines else 0) :]
+    print("\n".join(lines) + "\n")
+    for line in summary_lines(rows, 1):
+        print(line)
+    ratios = [row.predicted_ms / row.realised.delta_ms for row in rows if row.error is not None]  # type: ignore[operator]
+    within = sum(BAND[0] <= ratio <= BAND[1] for ratio in ratios)
+    print(f"within {BAND[0]}-{BAND[1]}: {within} of {len(rows)} rows")
 
 
 if __name__ == "__main__":

@@ -108,25 +108,45 @@ def main() -> None:
     args = parser.parse_args()
     record, rows = predictions_again(args.todo, args.config, args.ledger)
     print(f"{args.todo}: the record again, at c={record.concurrency}, TPOT {record.tpot_ms:.3f} ms")
-    print("| experiment | level | predicted ms | realised ms [interval] | predicted / realised | not measured here |")
-    print("|---|---|---|---|---|---|")
+    for line in table_lines(rows):
+        print(line)
+    for line in summary_lines(rows, record.concurrency):
+        print(line)
+
+
+def table_lines(rows: list[Row], campaign: str | None = None) -> list[str]:
+    """The rows as a Markdown table, with a first column naming the campaign where one is given."""
+    first = "| campaign " if campaign is not None else ""
+    lines = [
+        first
+        + "| experiment | level | predicted ms | realised ms [interval] | predicted / realised | not measured here |",
+        ("|---" if campaign is not None else "") + "|---|---|---|---|---|---|",
+    ]
     for row in rows:
         real = row.realised
         ratio = "n/a" if row.error is None else f"{row.predicted_ms / real.delta_ms:.2f}"  # type: ignore[operator]
         predicted = "n/a" if row.predicted_ms is None else f"{row.predicted_ms:+.3f}"
-        print(
-            f"| {row.experiment} | c={row.concurrency} | {predicted} | {real.delta_ms:+.3f}"
+        lines.append(
+            (f"| {campaign} " if campaign is not None else "")
+            + f"| {row.experiment} | c={row.concurrency} | {predicted} | {real.delta_ms:+.3f}"
             f" [{real.low_ms:+.3f}, {real.high_ms:+.3f}] | {ratio}{' (wrong sign)' if row.wrong_sign else ''}"
             f" | {row.inputs or '-'} |"
         )
+    return lines
+
+
+def summary_lines(rows: list[Row], capture_level: int) -> list[str]:
+    """The median error at the capture's level and over every level, and the wrong signs."""
+    lines = []
     for label, chosen in (
-        (f"c={record.concurrency}", [r for r in rows if r.concurrency == record.concurrency]),
+        (f"c={capture_level}", [r for r in rows if r.concurrency == capture_level]),
         ("every level", rows),
     ):
         errors = [r.error for r in chosen if r.error is not None]
         if errors:
-            print(f"median error at {label}: {100 * statistics.median(errors):.1f}% over {len(errors)} rows")
-    print(f"wrong signs outside the realised interval: {sum(r.wrong_sign for r in rows)}")
+            lines.append(f"median error at {label}: {100 * statistics.median(errors):.1f}% over {len(errors)} rows")
+    lines.append(f"wrong signs outside the realised interval: {sum(r.wrong_sign for r in rows)}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -25,11 +25,7 @@ def kernel_moves_note(base: Findings, variant: Findings) -> str | None:
     """One line: the kernels in both traces' top kernels (rank 0's decode steps, the same whole name)
     whose ms a step moved most, at least ``MIN_MS``; None where a trace is missing or none moved."""
     before, after = _top(base.result(ANALYSIS_BREAKDOWN)), _top(variant.result(ANALYSIS_BREAKDOWN))
-    moves = sorted(
-        ((after[name][0] - before[name][0], name) for name in before.keys() & after.keys()),
-        key=lambda move: (-abs(move[0]), move[1]),
-    )
-    shown = [(delta, name) for delta, name in moves[:SHOWN] if abs(delta) >= MIN_MS]
+    shown = _largest({name: after[name][0] - before[name][0] for name in before.keys() & after.keys()})
     if not shown:
         return None
     parts = [
@@ -50,18 +46,19 @@ def idle_moves_note(base: Findings, variant: Findings) -> str | None:
     if not before or not after:
         return None
     floor, x_floor = _floor(before), _floor(after)
-    moves = sorted(
-        (
-            (after.get(name, (x_floor,))[0] - before.get(name, (floor,))[0], name)
-            for name in before.keys() | after.keys()
-        ),
-        key=lambda move: (-abs(move[0]), move[1]),
+    shown = _largest(
+        {name: after.get(name, (x_floor,))[0] - before.get(name, (floor,))[0] for name in before.keys() | after.keys()}
     )
-    shown = [(delta, name) for delta, name in moves[:SHOWN] if abs(delta) >= MIN_MS]
     if not shown:
         return None
     parts = [f"{_short(name)} {_side(before, name, floor)} → {_side(after, name, x_floor)}" for _, name in shown]
     return "the device's idle before a kernel that moved most, ms a step: " + "; ".join(parts)
+
+
+def _largest(moves: dict[str, float]) -> list[tuple[float, str]]:
+    """The ``SHOWN`` largest moves by size (name order on a tie), each at least ``MIN_MS``."""
+    ranked = sorted(((delta, name) for name, delta in moves.items()), key=lambda move: (-abs(move[0]), move[1]))
+    return [(delta, name) for delta, name in ranked[:SHOWN] if abs(delta) >= MIN_MS]
 
 
 def _idle(analysis: Breakdown | None) -> dict[str, tuple[float, float, float]]:
