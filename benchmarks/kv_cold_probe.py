@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.gemm.kv_layer_kernels import KERNELS  # noqa: E402
+from tasks.gemm.kv_layer_kernels import KERNELS, named  # noqa: E402
 
 SHAPES = {  # attention per rank, and the hidden size the QKV projection reads
     "qwen3moe": {"q_heads": 32, "kv_heads": 4, "head_size": 128, "hidden": 2048},
@@ -67,8 +67,8 @@ def main() -> None:
         for row in rows:
             kernels = row.get("cold_kernels_us") or {}
             cells = [
-                f"{sum(us for name, us in kernels.items() if piece in name):.2f}" if kernels else "-"
-                for piece in KERNELS.values()
+                f"{sum(us for name, us in kernels.items() if named(label, name)):.2f}" if kernels else "-"
+                for label in KERNELS
             ]
             total = (row.get("cold_write_us") or 0) + (row.get("cold_attention_us") or 0)
             why = row.get("note") or row.get("skipped")

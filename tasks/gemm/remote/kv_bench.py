@@ -5,6 +5,7 @@ before any experiment relaunches the server.
 
 usage: kv_bench.py SPEC_JSON [--repeats N]
 SPEC_JSON: {"q_heads", "kv_heads", "head_size" (per rank), "block_size", "points": [{"m", "context"}]}
+(an MLA model's spec holds "mla" and "max_model_len" instead of the heads: kv_mla_bench.py times it)
 
 Each point and dtype times three parts, each in its own CUDA graph over rotated copies of the
 cache (a layer's cache and scales each; at most 48, so a short context's copies can fit the L2):
@@ -35,6 +36,7 @@ import argparse
 import json
 import math
 
+import kv_mla_bench
 import torch
 from bench_timing import cold_kernel_us, flush_bytes, time_rotations
 
@@ -262,7 +264,7 @@ def main():
     else:
         info["device_name"] = torch.cuda.get_device_name()
         try:
-            kernels = _kernels()
+            kernels = kv_mla_bench.kernels() if "mla" in spec else _kernels()
         except Exception as err:  # noqa: BLE001 - no vLLM or no FlashAttention-3 on this host
             skipped = f"vLLM's kernels unavailable ({type(err).__name__}: {str(err).splitlines()[0][:160]})"
     rows = []
@@ -275,9 +277,13 @@ def main():
                 continue
             try:
                 with torch.no_grad():
-                    rows.append(
-                        bench_point(spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, quant_us)
-                    )
+                    if "mla" in spec:  # another backend a dtype: kv_mla_bench.py's docstring
+                        row = kv_mla_bench.bench_point(
+                            spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, cold_parts
+                        )
+                    else:
+                        row = bench_point(spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, quant_us)
+                    rows.append(row)
             except Exception as err:  # noqa: BLE001 - a kernel refusing a shape: the row says why
                 rows.append({**base, "skipped": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"})
             torch.cuda.empty_cache()
