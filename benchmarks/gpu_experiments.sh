@@ -124,5 +124,9 @@ timeout 120 python3 "$ROOT/benchmarks/ngram_drafter_time.py" "$dir/state/todo.js
 # trace shows before each Machete kernel, which the GEMM micro's back-to-back timing does not hold
 case "$TAG" in qwen3moe|llama8b)
   timeout 150 python3 "$ROOT/benchmarks/neighbour_gap_probe.py" "$TAG" > "$pack/neighbour_gap_probe.txt" 2>&1 || true ;;
+kimik2_4layer_int4)  # the MLA KV micro alone (both backends), beside the traces' kernels it should match
+  timeout 300 python3 "$ROOT/benchmarks/kv_mla_micro.py" --out "$pack/kv_mla_micro.json" > "$pack/kv_mla_micro.txt" 2>&1 || true
+  python3 "$ROOT/benchmarks/trace_attention_kernels.py" "$pack"/base.rank0.trace.json.gz "$pack"/fp8_kv_cache.rank0.trace.json.gz \
+    >> "$pack/kv_mla_micro.txt" 2>&1 || true ;;
 esac
 tar -czf "$OUT/experiments.tar.gz" -C "$pack" . && ls -la "$OUT"

@@ -22,17 +22,23 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy wei
     ("Llama-8B run 4", "h100_llama8b_run4_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
     ("Qwen3-MoE run 4", "h100_qwen3moe_run4_todo.json.gz", "h100_qwen3moe_all_experiments.toml"),
     ("Qwen3-MoE run 5", "h100_qwen3moe_run5_todo.json.gz", "h100_qwen3moe_measured_experiments.toml"),
+    ("Kimi-K2 4-layer run 1", "h100_kimik2_run1_todo.json.gz", "h100_kimik2_all_experiments.toml"),
+    ("Kimi-K2 4-layer run 2", "h100_kimik2_run2_todo.json.gz", "h100_kimik2_all_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 
 
 def main() -> None:
-    rows, lines = [], []
+    rows, lines, by_shape = [], [], {}
     for label, todo, config in RUNS:
         mine = predictions_again(DATA / todo, DATA / config)[1]
         rows += mine
+        by_shape.setdefault(label.rsplit(" run ", 1)[0], []).extend(mine)
         lines += table_lines(mine, label)[(2 if lines else 0) :]
     print("\n".join(lines) + "\n")
+    for shape, mine in by_shape.items():
+        print(f"{shape}: " + "; ".join(summary_lines(mine, 1)))
+    print("all shapes:")
     for line in summary_lines(rows, 1):
         print(line)
     ratios = [row.predicted_ms / row.realised.delta_ms for row in rows if row.error is not None]  # type: ignore[operator]

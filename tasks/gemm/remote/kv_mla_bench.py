@@ -15,7 +15,10 @@ that backend change, timed here kernel by kernel as each backend's ``forward_mqa
   H100 trace's stage-1 grid held 4 splits at max_model_len 2048.
 
 Imported by kv_bench.py when its spec names ``mla``: {"heads", "kv_lora_rank", "rope_dim", "nope_dim"} (per
-rank), plus ``max_model_len``; each row has kv_bench's fields, its cold pass included."""
+rank), plus ``max_model_len``; each row has kv_bench's fields, its cold pass included.
+Written 2026-12-06 after that day's device time had gone to two Kimi-K2 campaigns: not yet run on a GPU
+(benchmarks/kv_mla_micro.py runs it alone, gpu_experiments.sh after a Kimi-K2 campaign). Where a kernel
+refuses its arguments the row is skipped with the reason and the option keeps its stated assumption."""
 
 import math
 
