@@ -120,7 +120,9 @@ FP8_LAYER = {
 def _kv_row(m: int, dtype: str, kernels: dict[str, float]) -> dict:
     write = sum(us for name, us in kernels.items() if "concat_and_cache_mla" in name)
     total = sum(kernels.values())
+    backend = "TRITON_MLA decode_attention_fwd" if dtype == "fp8" else "FLASH_ATTN_MLA flash_attn_varlen_func"
     return {
+        "kernel": f"vLLM concat_and_cache_mla + {backend}",
         "m": m,
         "context": 80,
         "kv_dtype": dtype,
@@ -153,3 +155,8 @@ def test_an_mla_micro_row_feeds_the_fp8_prediction(tmp_path: Path) -> None:
     assert row.predicted_ms == pytest.approx(expected, abs=1e-4)
     assert row.predicted_ms > 0 and row.inputs == ""
     assert not row.wrong_sign
+    from tasks.gemm.results import GemmResult
+    from tasks.gemm.section import kv_section
+
+    text = kv_section(GemmResult.model_validate(gemm))
+    assert "MLA attention layer" in text and "TRITON_MLA" in text and "| -3.98 |" in text  # FP8 - bf16 µs a layer

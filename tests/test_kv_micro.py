@@ -140,19 +140,49 @@ def test_the_micro_script_says_why_it_timed_nothing_on_a_host_without_cuda(tmp_p
     import sys
 
     script = Path(__file__).resolve().parent.parent / "tasks" / "gemm" / "remote" / "kv_bench.py"
-    spec = tmp_path / "spec.json"
-    spec.write_text(
-        json.dumps(
-            {"q_heads": 32, "kv_heads": 4, "head_size": 128, "block_size": 16, "points": [{"m": 1, "context": 96}]}
+    mla = {"mla": {"heads": 64, "kv_lora_rank": 512, "rope_dim": 64, "nope_dim": 128}, "max_model_len": 2048}
+    for heads in ({"q_heads": 32, "kv_heads": 4, "head_size": 128}, mla):  # GQA, then an MLA spec
+        spec = tmp_path / "spec.json"
+        spec.write_text(json.dumps({**heads, "block_size": 16, "points": [{"m": 1, "context": 96}]}))
+        done = subprocess.run(
+            [sys.executable, str(script), str(spec)], capture_output=True, text=True, timeout=120, cwd=script.parent
         )
-    )
-    done = subprocess.run(
-        [sys.executable, str(script), str(spec)], capture_output=True, text=True, timeout=120, cwd=script.parent
-    )
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout.splitlines()[-1])["rows"]
-    assert [(r["m"], r["context"], r["kv_dtype"]) for r in rows] == [(1, 96, "auto"), (1, 96, "fp8")]
-    assert all(r["skipped"].startswith("CUDA only") for r in rows)
+        assert done.returncode == 0, done.stderr
+        rows = json.loads(done.stdout.splitlines()[-1])["rows"]
+        assert [(r["m"], r["context"], r["kv_dtype"]) for r in rows] == [(1, 96, "auto"), (1, 96, "fp8")]
+        assert all(r["skipped"].startswith("CUDA only") for r in rows)
+
+
+def test_an_mla_model_gets_the_mla_micros_shape_and_the_servers_max_model_len() -> None:
+    """The Kimi-K2 shape's config gives one rank's MLA heads and latent (and no GQA heads), the spec
+    kv_mla_bench.py times; the Triton MLA backend's splits follow vLLM's rule from the server's
+    --max-model-len (the H100 trace's stage 1 ran 4 splits at 2048 on 132 SMs)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks" / "gemm" / "remote"))
+    from gpu_model_shapes import shape
+    from kv_mla_bench import triton_splits
+
+    from tasks.model.shapes import model_shapes
+
+    kimi = model_shapes(shape("kimik2_4layer_int4", {}), 1)
+    assert kimi.attention is None
+    assert kimi.mla is not None and kimi.mla.model_dump() == {
+        "heads": 64,
+        "kv_lora_rank": 512,
+        "rope_dim": 64,
+        "nope_dim": 128,
+    }
+    assert model_shapes(shape("kimik2_4layer_int4", {}), 2).mla.heads == 32
+    assert triton_splits(2048, 132) == 4 and triton_splits(1024, 132) == 2 and triton_splits(300, 132) == 1
+    assert triton_splits(1 << 20, 2) == 4  # capped by the SMs
+    from tasks.gemm.action import served_max_model_len
+    from tasks.service.config import ServiceSection
+
+    assert served_max_model_len(ServiceSection(model="m")) == ServiceSection(model="m").max_model_len
+    custom = ["vllm", "serve", "{model}", "--max-model-len", "2048", "--port", "{port}"]
+    assert served_max_model_len(ServiceSection(model="m", command=custom)) == 2048
 
 
 def test_the_cold_pass_stands_for_the_layer_where_the_row_has_one() -> None:

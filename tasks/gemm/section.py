@@ -147,11 +147,21 @@ def kv_section(gemm: GemmResult) -> str:
         )
     first = gemm.kv_rows[0]
     timed = [row for row in gemm.kv_rows if row.skipped is None]
+    mla = any("MLA" in (row.kernel or "") for row in timed)
+    what = (
+        "one MLA attention layer's decode work as the server runs each dtype, µs: the latent cache write"
+        " (`concat_and_cache_mla`, quantising to FP8 on the way in) and decode attention on the backend vLLM"
+        " takes for the dtype (the model's: FLASH_ATTN_MLA, FlashAttention-3 with the absorbed query; FP8:"
+        " TRITON_MLA's split-KV stages, FLASH_ATTN_MLA having no FP8 KV cache) over every sequence's context"
+        if mla
+        else "one attention layer's decode work as the server runs it, µs: the cache write"
+        " (`reshape_and_cache_flash`, quantising to FP8 on the way in) and FlashAttention-3's paged decode"
+        " over every sequence's context"
+    )
     return (
-        "\n**FP8 KV-cache micro** (`fp8_kv_cache`'s input, before any experiment): one attention layer's"
-        " decode work as the server runs it, µs: the cache write (`reshape_and_cache_flash`, quantising to"
-        " FP8 on the way in) and FlashAttention-3's paged decode over every sequence's context (blocks of"
-        f" {first.block_size or 16} in random order, "
+        "\n**FP8 KV-cache micro** (`fp8_kv_cache`'s input, before any experiment): "
+        + what
+        + f" (blocks of {first.block_size or 16} in random order, "
         + (
             "each layer's cache and scales its own copy; each kernel profiled with the L2 evicted ahead of"
             " every layer, as the rest of the step's weights evict it in the server; the rotation's own"
