@@ -170,9 +170,14 @@ def kv_section(gemm: GemmResult) -> str:
             else "each layer's cache its own copy)"
         )
         + ", with the KV cache in the model's dtype and in FP8 e4m3 (scales 1: dummy weights give"
-        " no calibrated scale; the kernels' time does not depend on it). The query's FP8 quantisation,"
-        " timed as a kernel of its own, is shown but not counted: the server's torch.compile fuses it into"
-        " the kernel before attention (FP8 variants' traces run no kernel more than their base).\n\n"
+        " no calibrated scale; the kernels' time does not depend on it)."
+        + (
+            " TRITON_MLA takes the query in bf16 (it dequantises the cache as it loads it).\n\n"
+            if mla
+            else " The query's FP8 quantisation, timed as a kernel of its own, is shown but not counted: the"
+            " server's torch.compile fuses it into the kernel before attention (FP8 variants' traces run no"
+            " kernel more than their base).\n\n"
+        )
         + md_table(
             ["sequences", "context tokens", "model's KV µs", "FP8 KV µs", "FP8 - model's µs", "change", "note"],
             rows,

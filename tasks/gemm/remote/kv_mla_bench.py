@@ -49,7 +49,7 @@ def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
     """One point's row (kv_bench.py's fields); ``cold_parts`` is kv_bench's cold pass."""
     write_op, fa_op, schedule, triton_op = ops
     mla = spec["mla"]
-    heads, lora, rope = mla["heads"], mla["kv_lora_rank"], mla["rope_dim"]
+    heads, lora, rope, nope = mla["heads"], mla["kv_lora_rank"], mla["rope_dim"], mla["nope_dim"]
     block = spec["block_size"]
     fp8 = kv_dtype == "fp8"
     device = "cuda"
@@ -71,11 +71,11 @@ def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
     # the absorbed query: the W_UK bmm's (heads, m, latent) output seen as (m, heads, latent); the rope
     # query: the tail of q_b_proj's (m, heads, nope + rope) output
     q_nope = torch.randn(heads, m, lora, dtype=torch.bfloat16, device=device).transpose(0, 1)
-    q_pe = torch.randn(m, heads, mla.get("nope_dim", 128) + rope, dtype=torch.bfloat16, device=device)[..., -rope:]
+    q_pe = torch.randn(m, heads, nope + rope, dtype=torch.bfloat16, device=device)[..., -rope:]
     kv_made, nope_made, pe_made = kv_a.clone(), q_nope.clone(), q_pe.clone()
     cu_q = torch.arange(m + 1, dtype=torch.int32, device=device)
     seq_lens = torch.full((m,), context + 1, dtype=torch.int32, device=device)
-    scale = (lora + rope) ** -0.5
+    scale = (nope + rope) ** -0.5  # the model's qk head dim, as vLLM's MLA layer scales
     notes = []
 
     def write(layer):
