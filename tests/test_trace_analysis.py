@@ -309,6 +309,51 @@ def test_analysis_workers_take_the_default_sigterm_and_leave_ctrl_c_to_the_contr
     assert handlers == [signal.SIG_DFL, signal.SIG_IGN]
 
 
+def _mask_at_start(folder: str, then) -> None:  # a worker's initializer, recording its mask first
+    import os
+    import signal
+
+    with open(os.path.join(folder, str(os.getpid())), "w") as out:
+        out.write(" ".join(str(int(s)) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set())))
+    then()
+
+
+def _mask_now(_: object) -> list[int]:
+    import signal
+
+    return sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+
+def test_a_forked_worker_holds_the_controllers_signals_until_its_own_handlers_are_set(tmp_path: Path) -> None:
+    """The race the test above once lost: the pool ended a worker it had just forked, before the
+    worker's initializer set its handlers; with the controller's SIGTERM handler (KeyboardInterrupt)
+    the worker raised in the fork itself and went on as a second pytest (its summary printed twice).
+    Now each worker is born with SIGTERM and SIGINT blocked (a signal then waits for its handlers),
+    unblocks them once they are set, and the controller's own mask is as it was."""
+    import functools
+    import signal
+
+    from tasks.analysis import workers
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    original = workers._quiet_worker
+    workers._quiet_worker = functools.partial(_mask_at_start, str(tmp_path), original)
+    try:
+        pool = workers.worker_pool(2, method="fork")
+        try:
+            later = pool.map(_mask_now, range(8))
+        finally:
+            pool.close()
+            pool.join()
+    finally:
+        workers._quiet_worker = original
+    at_start = [set(map(int, f.read_text().split())) for f in tmp_path.iterdir()]
+    assert len(at_start) == 2
+    assert all({int(signal.SIGTERM), int(signal.SIGINT)} <= mask for mask in at_start)
+    assert all(int(signal.SIGTERM) not in mask and int(signal.SIGINT) not in mask for mask in later)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == before
+
+
 def direct_union_us(ts: list[float], dur: list[float], step_of: list[int]) -> float:
     """The union of each step's intervals, merged the plain way: sort, extend or close."""
     total = 0.0
