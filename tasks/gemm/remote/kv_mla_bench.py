@@ -45,8 +45,28 @@ def triton_splits(max_seq_len: int, sm_count: int) -> int:
     return min(ideal, sm_count * SPLIT_OCCUPANCY)
 
 
+def other_backend(fp8):
+    """Why vLLM would run another backend than the one timed here, or None: off Hopper it ranks other
+    MLA backends first; with FlashMLA installed it takes FLASHMLA for an FP8 cache (ranked ahead of
+    TRITON_MLA; not in the payload the H100 campaigns ran)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        return "vLLM ranks other MLA backends first off Hopper (SM90): not timed"
+    if fp8:
+        try:
+            from vllm.v1.attention.ops.flashmla import is_flashmla_dense_supported
+
+            if is_flashmla_dense_supported()[0]:
+                return "FlashMLA is installed: vLLM runs FLASHMLA for the FP8 cache here, not TRITON_MLA (not timed)"
+        except Exception:  # noqa: BLE001 - no FlashMLA module: TRITON_MLA is vLLM's choice
+            pass
+    return None
+
+
 def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
     """One point's row (kv_bench.py's fields); ``cold_parts`` is kv_bench's cold pass."""
+    why = other_backend(kv_dtype == "fp8")
+    if why:
+        return {"m": m, "context": context, "kv_dtype": kv_dtype, "skipped": why}
     write_op, fa_op, schedule, triton_op = ops
     mla = spec["mla"]
     heads, lora, rope, nope = mla["heads"], mla["kv_lora_rank"], mla["rope_dim"], mla["nope_dim"]
