@@ -279,7 +279,7 @@ def main():
                 with torch.no_grad():
                     if "mla" in spec:  # another backend a dtype: kv_mla_bench.py's docstring
                         row = kv_mla_bench.bench_point(
-                            spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, cold_parts
+                            spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, cold_parts, MAX_SPLITS
                         )
                     else:
                         row = bench_point(spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, quant_us)

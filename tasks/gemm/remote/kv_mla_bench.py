@@ -7,8 +7,9 @@ that backend change, timed here kernel by kernel as each backend's ``forward_mqa
 
 - write (both): `concat_and_cache_mla` of the step's latent and rope key (FP8: quantised on the way in);
 - bf16 attention: FlashAttention-3 `flash_attn_varlen_func` with the rope query as q, the latent as v
-  and the absorbed query as ``q_v``, its scheduler metadata made ahead with no split bound (vLLM's
-  FlashAttnMLA under full CUDA graphs: max_num_splits 0), and its combine kernel;
+  and the absorbed query as ``q_v``, its scheduler metadata made ahead with the split bound vLLM's
+  FlashAttnMLA passes under full CUDA graphs (flash_attn_max_num_splits_for_cuda_graph, 32: the
+  server's trace runs FA3's split-KV combine after the attention), and that combine kernel;
 - FP8 attention: the Triton backend's query concatenation, its zeroed output and LSE, and
   `decode_attention_fwd` (split-KV stage 1 and stage 2) over the FP8 cache with the layer's scale,
   the splits as vLLM computes them from the captured graphs' sequence bound (max_model_len): the
@@ -16,9 +17,11 @@ that backend change, timed here kernel by kernel as each backend's ``forward_mqa
 
 Imported by kv_bench.py when its spec names ``mla``: {"heads", "kv_lora_rank", "rope_dim", "nope_dim"} (per
 rank), plus ``max_model_len``; each row has kv_bench's fields, its cold pass included.
-Written 2026-12-06 after that day's device time had gone to two Kimi-K2 campaigns: not yet run on a GPU
-(benchmarks/kv_mla_micro.py runs it alone, gpu_experiments.sh after a Kimi-K2 campaign). Where a kernel
-refuses its arguments the row is skipped with the reason and the option keeps its stated assumption."""
+First run on an H100 on 2026-12-06 (benchmarks/kv_mla_micro.py): the FP8 side matched the server's trace
+(15.04 µs a layer against 14.91 at one sequence); the bf16 side, then timed with no split bound, ran FA3
+unsplit and came out 13.40 against the trace's 18.88 (its 4.54 µs combine missing), so the option read
+as a loss where it was a gain: hence the bound below. Where a kernel refuses its arguments the row is
+skipped with the reason and the option keeps its stated assumption."""
 
 import math
 
@@ -62,7 +65,7 @@ def other_backend(fp8):
     return None
 
 
-def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
+def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts, max_splits):
     """One point's row (kv_bench.py's fields); ``cold_parts`` is kv_bench's cold pass."""
     why = other_backend(kv_dtype == "fp8")
     if why:
@@ -149,7 +152,7 @@ def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
             page_size=block,
             cu_seqlens_q=cu_q,
             causal=True,
-            num_splits=0,
+            num_splits=max_splits,
         )
 
         def attend(layer):
@@ -168,7 +171,7 @@ def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts):
                 causal=True,
                 fa_version=3,
                 scheduler_metadata=metadata,
-                num_splits=0,
+                num_splits=max_splits,
             )
 
         kernel = "vLLM concat_and_cache_mla + FLASH_ATTN_MLA flash_attn_varlen_func (FA3, q_v)"
