@@ -24,6 +24,8 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy wei
     ("Qwen3-MoE run 5", "h100_qwen3moe_run5_todo.json.gz", "h100_qwen3moe_measured_experiments.toml"),
     ("Kimi-K2 4-layer run 1", "h100_kimik2_run1_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Kimi-K2 4-layer run 2", "h100_kimik2_run2_todo.json.gz", "h100_kimik2_all_experiments.toml"),
+    ("Kimi-K2 4-layer run 3", "h100_kimik2_run3_todo.json.gz", "h100_kimik2_all_experiments.toml"),
+    ("Kimi-K2 4-layer run 4", "h100_kimik2_run4_todo.json.gz", "h100_kimik2_all_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 
