@@ -22,6 +22,9 @@
 # LEDGER=FILE: an earlier campaign's ledger.json put in the reports folder first, so the inputs it
 # measured on this hardware, shape and vLLM stand in for the assumptions (a second campaign).
 #
+# The payload's chunks (../shared/gpu, kept in the git-ignored .gpu/chunks) go one a call, with this tree,
+# under the 64 MiB a call carries: with the tree above 12 MiB, c1 (52 MiB) no longer fits; split it
+# (`split -b 28M`) and join the halves in /tmp/vp on the device before install.sh.
 # The device returns from a call after at most 10 minutes and the campaign outlives it (its own
 # session); the todo file resumes it if anything stops it.
 set -uo pipefail
