@@ -212,3 +212,22 @@ def test_the_drafter_on_later_launches_and_with_an_earlier_record() -> None:
     ratios = [_ratio(rows[("speculative_decoding_gpu", level)]) for level in (1, 2, 4)]
     assert 0.95 <= ratios[0] <= 1.1 and 0.9 <= ratios[1] <= 1.0 and 0.7 <= ratios[2] <= 0.85
     assert "earlier record" in rows[("speculative_decoding_gpu", 1)].inputs
+
+
+def test_the_drafters_step_turned_host_bound_in_one_graph_and_in_pieces() -> None:
+    """What the assumed step cost is made of (benchmarks/spec_step_host.py over run 4's rank-0 traces):
+    the base's 124 decode steps each launched one CUDA graph, 1576 µs of host time a step (profiled);
+    the GPU drafter's 45 steps, 28 in one graph at 2680 µs and 17 piecewise (five graph launches, the
+    four MLA attention layers eager between them) at 3983 µs, against device work of 2.09-2.15 ms:
+    vLLM's host work a speculative step, which no micro before the experiment runs."""
+    from benchmarks.spec_step_host import decode_steps
+
+    results = ROOT / "benchmarks" / "results"
+    base = decode_steps(results / "h100_kimik2_run4_base.rank0.trace.json.gz")
+    variant = decode_steps(results / "h100_kimik2_run4_speculative_decoding_gpu.rank0.trace.json.gz")
+    assert {s["launches"] for s in base} == {1} and len(base) == 124
+    by_launches = {n: [s["host_us"] for s in variant if s["launches"] == n] for n in (1, 5)}
+    assert len(by_launches[1]) == 28 and len(by_launches[5]) == 17 and len(variant) == 45
+    base_host = sum(s["host_us"] for s in base) / len(base)
+    assert 1500 < base_host < 1650
+    assert sum(by_launches[1]) / 28 > base_host + 1000 and sum(by_launches[5]) / 17 > sum(by_launches[1]) / 28 + 1000

@@ -1,0 +1,91 @@
+"""What a speculative decode step costs on the host, beside the base's (a diagnostic, not an input):
+the campaign's `spec_gpu_step_extra_ms` is assumed 0 until an experiment measures it, and the
+findings show the variant's steps turned host-bound (the device's idle between kernels grows by
+about the step cost). This reads the two rank-0 traces the campaign keeps and prints, for the decode
+steps (vLLM's `execute_context_0(0)_generation_N(...)` host annotations):
+
+- the steps by how many CUDA graphs each launched: one (the full decode graph) or several
+  (piecewise: attention runs eagerly between the graph's pieces), with the host annotation's mean
+  duration for each (profiled: the profiler's own cost is in both sides);
+- the host's top-level ops a full-graph step, base against variant, those that grew most.
+
+usage: python benchmarks/spec_step_host.py BASE_TRACE VARIANT_TRACE
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from statistics import mean
+
+import orjson
+
+DECODE = re.compile(r"execute_context_0\(0\)_generation_[1-9]\d*\(\d+\)")  # generation_0: an empty step
+HOST = ("cpu_op", "cuda_runtime", "python_function")
+
+
+def decode_steps(trace: Path) -> list[dict]:
+    """Each decode step: its host duration, graph launches and top-level host ops (µs)."""
+    raw = trace.read_bytes()
+    document = orjson.loads(gzip.decompress(raw) if trace.suffix == ".gz" else raw)
+    spans = [e for e in document.get("traceEvents", []) if e.get("ph") == "X"]
+    marks = [e for e in spans if e.get("cat") == "user_annotation" and DECODE.fullmatch(e.get("name", ""))]
+    if not marks:
+        sys.exit(f"{trace}: no decode step annotations (execute_context_0(0)_generation_N(...))")
+    thread = Counter(m["tid"] for m in marks).most_common(1)[0][0]
+    host = sorted(
+        (e for e in spans if e.get("tid") == thread and e.get("cat") in HOST), key=lambda e: (e["ts"], -e["dur"])
+    )
+    steps = []
+    for mark in marks:
+        begin, end = mark["ts"], mark["ts"] + mark["dur"]
+        inside = [e for e in host if begin <= e["ts"] < end]
+        top, reach = defaultdict(float), -1.0
+        for event in inside:  # outermost only: host ops nest
+            if event["ts"] >= reach:
+                top[event["name"][:90]] += event["dur"]
+                reach = event["ts"] + event["dur"]
+        launches = sum(1 for e in inside if e["name"] == "cudaGraphLaunch")
+        steps.append({"host_us": mark["dur"], "launches": launches, "top": top})
+    return steps
+
+
+def main() -> None:
+    if len(sys.argv) != 3:
+        sys.exit(__doc__.split("usage: ")[1].strip())
+    sides = {label: decode_steps(Path(path)) for label, path in zip(("base", "variant"), sys.argv[1:], strict=True)}
+    print("| trace | decode steps | graph launches a step | steps | host µs a step (profiled) |")
+    print("|---|---|---|---|---|")
+    for label, steps in sides.items():
+        for launches, count in sorted(Counter(s["launches"] for s in steps).items()):
+            host = mean(s["host_us"] for s in steps if s["launches"] == launches)
+            print(f"| {label} | {len(steps)} | {launches} | {count} | {host:.0f} |")
+    full = {label: [s for s in steps if s["launches"] == 1] for label, steps in sides.items()}
+    if not all(full.values()):
+        return
+    per_step = {}
+    for label, steps in full.items():
+        total: dict[str, float] = defaultdict(float)
+        for step in steps:
+            for name, us in step["top"].items():
+                total[name] += us / len(steps)
+        per_step[label] = total
+    base, variant = per_step["base"], per_step["variant"]
+    print(
+        f"\nfull-graph steps, host top-level ops: base {sum(base.values()):.0f} µs a step, variant"
+        f" {sum(variant.values()):.0f}; the rest of each step's host time is Python between ops"
+    )
+    print("| host op (outermost) | base µs a step | variant µs a step | change |")
+    print("|---|---|---|---|")
+    for name in sorted(set(base) | set(variant), key=lambda n: base.get(n, 0.0) - variant.get(n, 0.0))[:12]:
+        print(
+            f"| `{name}` | {base.get(name, 0.0):.1f} | {variant.get(name, 0.0):.1f} "
+            f"| {variant.get(name, 0.0) - base.get(name, 0.0):+.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
