@@ -66,7 +66,8 @@ def other_backend(fp8):
 
 
 def bench_point(spec, m, context, kv_dtype, repeats, ops, cold_parts, max_splits):
-    """One point's row (kv_bench.py's fields); ``cold_parts`` is kv_bench's cold pass."""
+    """One point's row (kv_bench.py's fields); ``cold_parts`` is kv_bench's cold pass, ``max_splits``
+    FA3's split bound under full CUDA graphs (kv_bench.MAX_SPLITS, as the server passes it)."""
     why = other_backend(kv_dtype == "fp8")
     if why:
         return {"m": m, "context": context, "kv_dtype": kv_dtype, "skipped": why}
