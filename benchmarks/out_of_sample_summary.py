@@ -22,6 +22,7 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy wei
     ("Llama-8B run 4", "h100_llama8b_run4_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
     ("Qwen3-MoE run 4", "h100_qwen3moe_run4_todo.json.gz", "h100_qwen3moe_all_experiments.toml"),
     ("Qwen3-MoE run 5", "h100_qwen3moe_run5_todo.json.gz", "h100_qwen3moe_measured_experiments.toml"),
+    ("Qwen3-MoE run 6", "h100_qwen3moe_run6_todo.json.gz", "h100_qwen3moe_auto_experiments.toml"),
     ("Kimi-K2 4-layer run 1", "h100_kimik2_run1_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Kimi-K2 4-layer run 2", "h100_kimik2_run2_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Kimi-K2 4-layer run 3", "h100_kimik2_run3_todo.json.gz", "h100_kimik2_all_experiments.toml"),
