@@ -33,6 +33,7 @@ from tasks.config import EMBEDDED_EXPERIMENTS, config_model  # noqa: E402
 from tasks.decisions.record import make_record  # noqa: E402
 from tasks.decisions.rules import campaign_rules  # noqa: E402
 from tasks.decisions.vocabulary import provenance  # noqa: E402
+from tasks.experiments.levels_section import level_miss_line, misses  # noqa: E402
 from tasks.experiments.plan import experiments_run  # noqa: E402
 from tasks.experiments.results import DecisionRecord  # noqa: E402
 from tasks.experiments.verify import Realised, verify  # noqa: E402
@@ -49,6 +50,9 @@ class Row:
     realised: Realised
     inputs: str
     """The inputs of the prediction no measurement of this campaign holds, with where they came from."""
+    why: str = ""
+    """At a missed level other than the capture's: each input at the value that alone gives the realised
+    change, and the one responsible (tasks/experiments/levels_section.py)."""
 
     @property
     def error(self) -> float | None:
@@ -96,7 +100,12 @@ def predictions_again(
                 if not how.startswith("measured")
             )
             for level in verify(findings, record, experiment, rules).levels:
-                rows.append(Row(experiment.name, level.concurrency, level.predicted_ms, level.realised, inputs))
+                why = (
+                    level_miss_line(experiment.option, experiment.name, level, record)
+                    if level.concurrency != record.concurrency and misses(level)
+                    else ""
+                )
+                rows.append(Row(experiment.name, level.concurrency, level.predicted_ms, level.realised, inputs, why))
         return record, rows
 
 
@@ -112,6 +121,9 @@ def main() -> None:
         print(line)
     for line in summary_lines(rows, record.concurrency):
         print(line)
+    for row in rows:
+        if row.why:
+            print(row.why)
 
 
 def table_lines(rows: list[Row], campaign: str | None = None) -> list[str]:

@@ -56,6 +56,11 @@ class LevelPrediction(Result):
     scaled: list[str] = Field(
         default_factory=list, description="traced figures carried from the capture's level by the micros' ratio"
     )
+    inputs: dict[str, dict[str, float | None]] = Field(
+        default_factory=dict,
+        description="option id -> the figures its formula read at this level (a record stored before this field"
+        " has none: its misses away from the capture's level are not broken down)",
+    )
 
     def gain_pct(self, option: str) -> float | None:
         gain = self.gains_ms.get(option)
@@ -130,12 +135,14 @@ def predictions_by_level(figures: KeyFigures, rules: Rules) -> list[LevelPredict
     levels = []
     for concurrency in sorted(figures.tpot_by_concurrency):
         values, scaled = level_figures(figures, rules.assumptions, concurrency)
+        options = decide(values, rules)
         levels.append(
             LevelPrediction(
                 concurrency=concurrency,
                 tpot_ms=values.get("tpot_ms"),
-                gains_ms={o.id: _number(o.gain_ms) for o in decide(values, rules)},
+                gains_ms={o.id: _number(o.gain_ms) for o in options},
                 scaled=scaled,
+                inputs={o.id: {k: _number(v) for k, v in o.inputs.items()} for o in options},
             )
         )
     return levels
