@@ -19,6 +19,8 @@
 # SHAPE=kimik2_4layer_int4: the Kimi-K2 shape (MLA, int4 Marlin MoE), FP8 KV listed, no W4A16 twin.
 # GPU_MEM=0.9: the server's --gpu-memory-utilization (0.5 by default; the Qwen3-MoE shape's 61 GB of
 # bf16 weights need 0.9 on an 80 GB H100).
+# PROFILE_CONC=2: the profiler's capture at that many requests in flight (1 by default): the decision record's
+# level, with the trace's kernels at that batch.
 # LEDGER=FILE: an earlier campaign's ledger.json put in the reports folder first, so the inputs it
 # measured on this hardware, shape and vLLM stand in for the assumptions (a second campaign).
 #
@@ -74,6 +76,7 @@ repeats = 20
 nccl_variants = false
 [profile]
 requests = 4
+concurrency = ${PROFILE_CONC:-1}
 output_tokens = 32
 stop_timeout_s = 300
 TOML
