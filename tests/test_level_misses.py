@@ -112,3 +112,10 @@ def _record_again(make_record, state: Path, config: Path, scratch: Path):
         host_factory=lambda: None,
     )
     return make_record(Findings(session, load_state(state), reports))
+
+
+def test_value_for_gives_none_where_a_figure_is_not_given_or_no_value_reaches_the_target() -> None:
+    """A formula reading a figure the level did not give, or one with no finite solution (1 / (a - 2)
+    never reaches 0), is no answer (None), not an error in the findings."""
+    assert value_for("a + c", {"a": 1.0}, "a", 7.0) is None
+    assert value_for("1 / (a - 2)", {"a": 1.0}, "a", 0.0) is None

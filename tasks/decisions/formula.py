@@ -132,14 +132,19 @@ def explain(expression: str, figures: dict[str, float | None]) -> tuple[Outcome,
 def value_for(expression: str, figures: dict[str, float | None], name: str, target: float) -> float | None:
     """The value of ``name`` alone (every other figure as given) that makes the expression equal
     ``target``: secant steps from the figure's own value, checked by evaluating the result; None where
-    none is found (the name cannot reach it: a clamp such as max(0, ...) or no dependence)."""
+    none is found (the name cannot reach it: a clamp such as max(0, ...) or no dependence; an asymptote
+    only approached a million times the figure's own scale away)."""
     start = figures.get(name)
     x0 = float(start) if _is_number(start) else 0.0
     x1 = x0 * 1.5 if x0 else 1.0
     tolerance = 1e-9 + abs(target) * 1e-7
+    reach = 1e6 * max(1.0, abs(x0))
 
     def miss(x: float) -> float | None:
-        value = evaluate(expression, figures | {name: x})
+        try:
+            value = evaluate(expression, figures | {name: x})
+        except (KeyError, ZeroDivisionError, OverflowError):  # a branch reading a figure not given; a pole
+            return None
         return value - target if _is_number(value) else None
 
     f0, f1 = miss(x0), miss(x1)
@@ -151,7 +156,7 @@ def value_for(expression: str, figures: dict[str, float | None], name: str, targ
         if f1 == f0:
             return None
         x0, x1, f0 = x1, x1 - f1 * (x1 - x0) / (f1 - f0), f1
-        if not math.isfinite(x1):
+        if not math.isfinite(x1) or abs(x1) > reach:
             return None
         f1 = miss(x1)
     return None

@@ -81,7 +81,7 @@ def level_miss_line(option: str, name: str, check: LevelCheck, record: DecisionR
     """One missed level's inputs, each at the value that alone would give the realised change."""
     level, prediction = record.level(check.concurrency), record.option(option)
     inputs = level.inputs.get(option) if level else None
-    if not inputs or prediction is None or check.realised.delta_ms is None:
+    if level is None or not inputs or prediction is None or check.realised.delta_ms is None:
         return ""
     figures = record.figures | inputs
     moves = []
@@ -90,7 +90,7 @@ def level_miss_line(option: str, name: str, check: LevelCheck, record: DecisionR
             continue
         needed = value_for(prediction.formula, inputs, input_name, check.realised.delta_ms)
         origin = provenance(input_name, figures, record.assumptions, record.earlier)
-        if level and input_name in level.scaled:
+        if input_name in level.scaled:
             origin += f", carried from c={record.concurrency} by the micros' ratio"
         moves.append((input_name, value, needed, origin))
     if not moves:
