@@ -6,7 +6,9 @@ GEMM micro times a GEMM back to back with itself in one CUDA graph, where no suc
 times each GEMM three ways in one CUDA graph of rotated copies, at M=1:
 - alone: the GEMM back to back (as the campaign's micro);
 - after a neighbour: vLLM's rms_norm on the hidden vector ahead of every call, less the neighbour alone
-  (the kernel before the QKV projection in the server is an RMSNorm);
+  (the kernel before the QKV projection in the server is an RMSNorm); then the same after a Triton kernel
+  torch.compile makes of the residual add + RMSNorm, as the server's trace has it
+  (`triton_red_fused_fused_add_rms_norm_machete_mm_1` ahead of a memset and each Machete GEMM);
 - and each pass's profiled kernel µs a call, so wall less kernels is the gap in the graph.
 
 usage (on the GPU host, vLLM on the path): python benchmarks/neighbour_gap_probe.py [qwen3moe|llama8b]
@@ -58,31 +60,47 @@ def main() -> None:
     def neighbour():
         torch.ops._C.rms_norm(norm_out, x, norm_w, 1e-6)
 
-    n_wall, n_kern = wall_and_kernels_us([neighbour] * COPIES)
-    print(
-        f"# {args.shape}: the neighbour (vLLM rms_norm, hidden {hidden}) alone: {n_wall:.2f} µs wall, {n_kern:.2f} µs kernels a call"
-    )
-    print(
-        "| shape | GEMM | format | alone wall µs | alone kernels µs | after the neighbour: wall less its wall "
-        "| kernels less its | gap in the graph, alone | after the neighbour (less its own gap alone) |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, (k, n) in shape["gemms"].items():
-        weights = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") for _ in range(COPIES)]
-        a = torch.randn(1, k, dtype=torch.bfloat16, device="cuda")
-        formats = {"bf16": [lambda w=w, a=a: torch.nn.functional.linear(a, w) for w in weights]}
-        fns, _, why = machete(weights, 128)
-        if fns is None:
-            print(f"| {args.shape} | {name} | w4a16 | {why} | | | | | |")
-        else:
-            formats["w4a16"] = [lambda fn=fn, a=a: fn(a) for fn in fns]
-        for fmt, calls in formats.items():
-            wall, kern = wall_and_kernels_us(calls)
-            pair_wall, pair_kern = wall_and_kernels_us([s for fn in calls for s in (neighbour, fn)])
-            print(
-                f"| {args.shape} | {name} | {fmt} | {wall:.2f} | {kern:.2f} | {pair_wall - n_wall:.2f} "
-                f"| {pair_kern - n_kern:.2f} | {wall - kern:.2f} | {pair_wall - pair_kern - (n_wall - n_kern):.2f} |"
-            )
+    residual = torch.randn_like(x)
+
+    def add_rms_norm(hidden_states, res, weight):
+        summed = hidden_states.float() + res.float()
+        scaled = summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return scaled.to(torch.bfloat16) * weight
+
+    compiled = torch.compile(add_rms_norm, dynamic=False)
+
+    def inductor_neighbour():  # as the server's torch.compile'd residual add + RMSNorm (one Triton kernel)
+        compiled(x, residual, norm_w)
+
+    for label, near in (("vLLM rms_norm", neighbour), ("Inductor's fused add + RMSNorm", inductor_neighbour)):
+        near()
+        torch.cuda.synchronize()
+        n_wall, n_kern = wall_and_kernels_us([near] * COPIES)
+        print(
+            f"# {args.shape}: the neighbour ({label}, hidden {hidden}) alone: {n_wall:.2f} µs wall,"
+            f" {n_kern:.2f} µs kernels a call"
+        )
+        print(
+            "| shape | GEMM | format | alone wall µs | alone kernels µs | after the neighbour: wall less its wall "
+            "| kernels less its | gap in the graph, alone | after the neighbour (less its own gap alone) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, (k, n) in shape["gemms"].items():
+            weights = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") for _ in range(COPIES)]
+            a = torch.randn(1, k, dtype=torch.bfloat16, device="cuda")
+            formats = {"bf16": [lambda w=w, a=a: torch.nn.functional.linear(a, w) for w in weights]}
+            fns, _, why = machete(weights, 128)
+            if fns is None:
+                print(f"| {args.shape} | {name} | w4a16 | {why} | | | | | |")
+            else:
+                formats["w4a16"] = [lambda fn=fn, a=a: fn(a) for fn in fns]
+            for fmt, calls in formats.items():
+                wall, kern = wall_and_kernels_us(calls)
+                pair_wall, pair_kern = wall_and_kernels_us([s for fn in calls for s in (near, fn)])
+                print(
+                    f"| {args.shape} | {name} | {fmt} | {wall:.2f} | {kern:.2f} | {pair_wall - n_wall:.2f} "
+                    f"| {pair_kern - n_kern:.2f} | {wall - kern:.2f} | {pair_wall - pair_kern - (n_wall - n_kern):.2f} |"
+                )
 
 
 if __name__ == "__main__":
