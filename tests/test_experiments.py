@@ -334,6 +334,9 @@ def test_a_variant_flag_that_changes_the_pace_gives_that_exact_gain(tmp_path: Pa
     # every level both served, in the ledger and the findings: 4 ms at each
     assert [level["concurrency"] for level in ledger[0]["levels"]] == [1, 2]
     assert all(level["realised_ms"] == pytest.approx(4.0, abs=0.15) for level in ledger[0]["levels"])
+    # the base's TPOT kept beside each (10 ms a token), so a miss reads as a share of the step too
+    assert ledger[0]["base_tpot_ms"] == pytest.approx(10.0, abs=0.3)
+    assert all(level["base_tpot_ms"] == pytest.approx(10.0, abs=0.3) for level in ledger[0]["levels"])
     assert "At every level both the campaign and the variant served" in findings
     assert [level["concurrency"] for level in state["decision_record"].result["levels"]] == [1, 2]
 

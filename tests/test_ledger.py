@@ -72,6 +72,40 @@ def test_the_summary_gives_the_median_over_every_level_served() -> None:
     )
 
 
+def test_the_miss_as_a_share_of_tpot_counts_only_records_that_keep_the_tpot() -> None:
+    """A change near zero makes the relative error large (0.119 predicted, 0.009 realised: 1222%); beside
+    a 4.646 ms step it is 2.37%. Levels count alike; a record written before the TPOT was kept adds none."""
+    near_zero = record("a", "int4_weights", 0.119, 0.009, 0.008, 0.020)
+    near_zero.base_tpot_ms = 4.646
+    near_zero.levels = [
+        LevelOutcome(
+            concurrency=1,
+            predicted_ms=0.119,
+            realised_ms=0.009,
+            realised_low_ms=0.008,
+            realised_high_ms=0.020,
+            base_tpot_ms=4.646,
+        ),
+        LevelOutcome(
+            concurrency=2,
+            predicted_ms=0.957,
+            realised_ms=0.984,
+            realised_low_ms=0.967,
+            realised_high_ms=0.988,
+            base_tpot_ms=6.01,
+        ),
+    ]
+    older = record("b", "int4_weights", -0.3, -0.5, -0.55, -0.45)  # no TPOT kept
+    lines = summary_lines([near_zero, older])
+    [line] = [line for line in lines if line.startswith("median |predicted - realised| as % of the base's TPOT")]
+    # 0.110 / 4.646 = 2.368%, 0.027 / 6.01 = 0.449%: the median of two, 1.41%
+    assert line == (
+        "median |predicted - realised| as % of the base's TPOT, every level: 1.41% (largest 2.37%; 2 predictions,"
+        " from the records that keep the TPOT)"
+    )
+    assert not any("as % of the base's TPOT" in line for line in summary_lines([older]))
+
+
 def test_an_assumption_an_earlier_campaign_measured_stands_in_for_it(tmp_path) -> None:
     """The stored default campaign judges lower_tp with half_tp_gemm_factor assumed (its GEMM micro
     predates the TP/2 rows). A ledger record of an earlier campaign on the same hardware, shape and

@@ -223,6 +223,7 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                 realised_ms=v.realised.delta_ms,
                 realised_low_ms=v.realised.low_ms,
                 realised_high_ms=v.realised.high_ms,
+                base_tpot_ms=v.realised.base_ms,
                 calibrated_ms=v.calibrated_ms,
                 still_assumed=v.still_assumed,
                 measured_inputs={k: val for k, val in v.measured_inputs.items() if val is not None},
@@ -233,6 +234,7 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
                         realised_ms=check.realised.delta_ms,
                         realised_low_ms=check.realised.low_ms,
                         realised_high_ms=check.realised.high_ms,
+                        base_tpot_ms=check.realised.base_ms,
                     )
                     for check in v.levels
                 ],
