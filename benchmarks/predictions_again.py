@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.statefile import load_state  # noqa: E402
 from tasks.config import EMBEDDED_EXPERIMENTS, config_model  # noqa: E402
+from tasks.decisions.ledger import share_of_tpot  # noqa: E402
 from tasks.decisions.record import make_record  # noqa: E402
 from tasks.decisions.rules import campaign_rules  # noqa: E402
 from tasks.decisions.vocabulary import provenance  # noqa: E402
@@ -64,10 +65,7 @@ class Row:
     def error_of_tpot(self) -> float | None:
         """|predicted - realised| over the base's TPOT at the level: a miss's size beside the step, where
         the relative error of a change near zero (W4A16 at c=1 on the MoE: +0.009 ms) says little."""
-        real = self.realised
-        if self.predicted_ms is None or real.delta_ms is None or not real.base_ms:
-            return None
-        return abs(self.predicted_ms - real.delta_ms) / real.base_ms
+        return share_of_tpot(self.predicted_ms, self.realised.delta_ms, self.realised.base_ms)
 
     @property
     def wrong_sign(self) -> bool:

@@ -45,10 +45,10 @@ class LevelOutcome(BaseModel):
 
     @property
     def error_of_tpot(self) -> float | None:
-        return _of_tpot(self.predicted_ms, self.realised_ms, self.base_tpot_ms)
+        return share_of_tpot(self.predicted_ms, self.realised_ms, self.base_tpot_ms)
 
 
-def _of_tpot(predicted: float | None, realised: float | None, tpot: float | None) -> float | None:
+def share_of_tpot(predicted: float | None, realised: float | None, tpot: float | None) -> float | None:
     """|predicted - realised| over the base's TPOT: a miss's size beside the step, where the relative
     error of a change near zero (W4A16 at c=1 on a MoE: +0.009 ms realised) says little."""
     if predicted is None or realised is None or not tpot:
@@ -100,7 +100,7 @@ class LedgerRecord(BaseModel):
 
     @property
     def error_of_tpot(self) -> float | None:
-        return _of_tpot(self.predicted_ms, self.realised_ms, self.base_tpot_ms)
+        return share_of_tpot(self.predicted_ms, self.realised_ms, self.base_tpot_ms)
 
     @property
     def calibrated_error(self) -> float | None:
