@@ -61,9 +61,11 @@ def levels_table(found: list[Verification], record: DecisionRecord) -> str:
     if lines:
         text += (
             f"\nWhere a level other than the capture's (c={record.concurrency}) misses, there is no trace of it to"
-            " read kernel by kernel; instead, each input of the formula alone, every other as read at that level,"
-            " at the value that gives the realised change (the one responsible: an assumed input if one can, else"
-            " the one that moves least):\n\n" + "\n".join(lines) + "\n"
+            " read kernel by kernel (`[profile] concurrency` captures at another level); instead, each input of the"
+            " formula alone, every other as read at that level, at the value that gives the realised change (the one"
+            " responsible: an assumed input if one can explain it, else the one that moves least):\n\n"
+            + "\n".join(lines)
+            + "\n"
         )
     return text
 
