@@ -79,21 +79,9 @@ def test_the_miss_as_a_share_of_tpot_counts_only_records_that_keep_the_tpot() ->
     near_zero.base_tpot_ms = 4.646
     near_zero.levels = [
         LevelOutcome(
-            concurrency=1,
-            predicted_ms=0.119,
-            realised_ms=0.009,
-            realised_low_ms=0.008,
-            realised_high_ms=0.020,
-            base_tpot_ms=4.646,
-        ),
-        LevelOutcome(
-            concurrency=2,
-            predicted_ms=0.957,
-            realised_ms=0.984,
-            realised_low_ms=0.967,
-            realised_high_ms=0.988,
-            base_tpot_ms=6.01,
-        ),
+            concurrency=c, predicted_ms=p, realised_ms=r, realised_low_ms=lo, realised_high_ms=hi, base_tpot_ms=t
+        )
+        for c, p, r, lo, hi, t in ((1, 0.119, 0.009, 0.008, 0.020, 4.646), (2, 0.957, 0.984, 0.967, 0.988, 6.01))
     ]
     older = record("b", "int4_weights", -0.3, -0.5, -0.55, -0.45)  # no TPOT kept
     lines = summary_lines([near_zero, older])
