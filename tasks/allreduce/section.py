@@ -78,7 +78,7 @@ def allreduce_section(findings: Findings) -> str:
                 for r in default.vllm_shm_rows
             ],
         )
-    if default.vllm_shm_unavailable and allreduce.nodes > 1:
+    if default.vllm_shm_unavailable:
         text += f"\nvLLM's shared-memory all-reduce: not measured ({default.vllm_shm_unavailable}).\n"
     if allreduce.intra_node:
         text += across_vs_within(allreduce)

@@ -120,12 +120,20 @@ def vllm_shm_all_reduce(rank, world):
         # Shared memory exists within a host only; vLLM disables its SHM communicator then too.
         return None, f"ranks span {world // max(local, 1)} nodes: shared memory works within a node only"
     try:
-        import vllm._C  # noqa: F401 - registers torch.ops._C
+        # vLLM's own choice of its CPU library by the CPU's instruction sets (vllm._C needs AVX-512
+        # with BF16: importing it elsewhere dies of SIGILL; _C_AVX2 and _C_AVX512 register torch.ops._C too)
+        from vllm.platforms.cpu import CpuPlatform
+
+        CpuPlatform.import_kernels()
     except Exception as err:  # noqa: BLE001 - any import failure means: not available here
-        return None, f"vllm._C not importable: {type(err).__name__}: {str(err)[:150]}"
+        return None, f"vLLM's CPU kernels not importable: {type(err).__name__}: {str(err)[:150]}"
     ops = torch.ops._C
     if not (hasattr(ops, "init_shm_manager") and hasattr(ops, "shm_allreduce")):
-        return None, "this vLLM build has no CPU shared-memory all-reduce"
+        isa = "AVX-512" if torch.cpu._is_avx512_supported() else "AVX2"
+        return (
+            None,
+            f"vLLM's CPU library for this CPU ({isa}) has no shared-memory all-reduce; vLLM's server uses gloo then too",
+        )
     threads = torch.tensor([torch.get_num_threads()], dtype=torch.int64)
     dist.all_reduce(threads, op=dist.ReduceOp.MIN)
     name = f"orchestrate-{os.environ.get('MASTER_PORT', '0')}-{os.getppid()}-cpushm"
