@@ -7,6 +7,9 @@ steps (vLLM's `execute_context_0(0)_generation_N(...)` host annotations):
 - the steps by how many CUDA graphs each launched: one (the full decode graph) or several
   (piecewise: attention runs eagerly between the graph's pieces), with the host annotation's mean
   duration for each (profiled: the profiler's own cost is in both sides);
+- each step's span (to the next step's annotation), its host annotation and the device's busy time in
+  it, as medians: a span near host + device says the step's host work and device work ran one after
+  the other (no overlap), a span near the larger of the two that they overlapped;
 - the host's top-level ops a full-graph step, base against variant, those that grew most.
 
 usage: python benchmarks/spec_step_host.py BASE_TRACE VARIANT_TRACE
@@ -20,12 +23,14 @@ import sys
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from pathlib import Path
-from statistics import mean
+from statistics import mean, median
 
 import orjson
 
 DECODE = re.compile(r"execute_context_0\(0\)_generation_[1-9]\d*\(\d+\)")  # generation_0: an empty step
 HOST = ("cpu_op", "cuda_runtime", "python_function")
+STEP = "execute_context_"
+GAP_US = 20_000
 
 
 def decode_steps(trace: Path) -> list[dict]:
@@ -36,6 +41,11 @@ def decode_steps(trace: Path) -> list[dict]:
     marks = [e for e in spans if e.get("cat") == "user_annotation" and DECODE.fullmatch(e.get("name", ""))]
     if not marks:
         sys.exit(f"{trace}: no decode step annotations (execute_context_0(0)_generation_N(...))")
+    # a step's span: from its annotation to the next step's (any execute_context, prefill too);
+    # a longer gap than GAP_US is the wait between requests, not a step
+    every = sorted(e["ts"] for e in spans if e.get("cat") == "user_annotation" and e.get("name", "").startswith(STEP))
+    kernels = sorted((e["ts"], e["dur"]) for e in spans if e.get("cat") == "kernel")
+    kernel_starts = [ts for ts, _ in kernels]
     thread = Counter(m["tid"] for m in marks).most_common(1)[0][0]
     host = sorted(
         (e for e in spans if e.get("tid") == thread and e.get("cat") in HOST), key=lambda e: (e["ts"], -e["dur"])
@@ -51,7 +61,14 @@ def decode_steps(trace: Path) -> list[dict]:
                 top[event["name"][:90]] += event["dur"]
                 reach = event["ts"] + event["dur"]
         launches = sum(1 for e in inside if e["name"] == "cudaGraphLaunch")
-        steps.append({"host_us": mark["dur"], "launches": launches, "top": top})
+        after = bisect_left(every, begin + 1e-3)
+        span = every[after] - begin if after < len(every) and every[after] - begin <= GAP_US else None
+        device = None
+        if span is not None:  # the kernels that start inside the span, their time
+            device = sum(
+                d for _, d in kernels[bisect_left(kernel_starts, begin) : bisect_left(kernel_starts, begin + span)]
+            )
+        steps.append({"host_us": mark["dur"], "launches": launches, "top": top, "span_us": span, "device_us": device})
     return steps
 
 
@@ -65,6 +82,14 @@ def main() -> None:
         for launches, count in sorted(Counter(s["launches"] for s in steps).items()):
             host = mean(s["host_us"] for s in steps if s["launches"] == launches)
             print(f"| {label} | {len(steps)} | {launches} | {count} | {host:.0f} |")
+    # Overlapped (async scheduling): a step's span is about max(host, device). Serial: host + device.
+    print("\n| trace | steps timed | span µs a step (median) | host µs | device busy µs | host + device µs |")
+    print("|---|---|---|---|---|---|")
+    for label, steps in sides.items():
+        timed = [s for s in steps if s["span_us"] is not None]
+        if timed:
+            span, host, device = (median(s[key] for s in timed) for key in ("span_us", "host_us", "device_us"))
+            print(f"| {label} | {len(timed)} | {span:.0f} | {host:.0f} | {device:.0f} | {host + device:.0f} |")
     full = {label: [s for s in steps if s["launches"] == 1] for label, steps in sides.items()}
     if not all(full.values()):
         return

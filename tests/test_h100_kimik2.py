@@ -13,6 +13,7 @@ import gzip
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 import pytest
 
@@ -231,3 +232,12 @@ def test_the_drafters_step_turned_host_bound_in_one_graph_and_in_pieces() -> Non
     base_host = sum(s["host_us"] for s in base) / len(base)
     assert 1500 < base_host < 1650
     assert sum(by_launches[1]) / 28 > base_host + 1000 and sum(by_launches[5]) / 17 > sum(by_launches[1]) / 28 + 1000
+    # Why the host work costs the step: the base's step spans about the longer of its host and device
+    # work (they overlap: async scheduling), the drafter's about their sum (one after the other).
+    for steps, overlapped in ((base, True), (variant, False)):
+        span, host, device = (
+            median(s[key] for s in steps if s["span_us"]) for key in ("span_us", "host_us", "device_us")
+        )
+        expected = max(host, device) if overlapped else host + device
+        assert span == pytest.approx(expected, rel=0.05), (span, host, device)
+        assert (span < 0.7 * (host + device)) if overlapped else (span > 1.5 * max(host, device))
