@@ -98,14 +98,16 @@ def test_every_todo_completed_with_one_model_load(campaign: Path) -> None:
     # The prediction uses the all-reduce vLLM's CPU workers really run (its sum checked on the
     # host before timing), at every size gloo was timed at: vLLM's shared-memory one where its CPU
     # library for this CPU has it, else gloo, as the server.
+    default = allreduce["runs"][0]
     if vllm_cpu_has_shm_allreduce():
         assert "shm_allreduce" in allreduce["predicted_by"]
+        assert [r["bytes"] for r in default["vllm_shm_rows"]] == [r["bytes"] for r in default["rows"]]
+        server_rows = default["vllm_shm_rows"]
     else:
         assert allreduce["predicted_by"] == "torch.distributed gloo"
-        assert "no shared-memory all-reduce" in allreduce["runs"][0]["vllm_shm_unavailable"]
-    default = allreduce["runs"][0]
-    assert [r["bytes"] for r in default["vllm_shm_rows"]] == [r["bytes"] for r in default["rows"]]
-    by_size = {r["bytes"]: r["latency_us"] for r in default["vllm_shm_rows"]}
+        assert "no shared-memory all-reduce" in default["vllm_shm_unavailable"]
+        server_rows = default["rows"]
+    by_size = {r["bytes"]: r["latency_us"] for r in server_rows}
     assert all(p["latency_us"] == by_size[p["bytes"]] for p in allreduce["predictions"])
 
 
