@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tasks.macro.metrics import spec_decode_view, tpot_s  # noqa: E402
+from tasks.model import TOKENIZER_SIZE  # noqa: E402
 
 SPEC = {"method": "ngram_gpu", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 # widths cut to a few hundred (multiples of the int4 group and Marlin's tiles); layers, heads, experts kept
@@ -94,13 +95,16 @@ def main() -> None:
     levels = [int(c) for c in (sys.argv[4] if len(sys.argv) == 5 else "1,2,4").split(",")]
     model = work / f"{shape}_thin"
     config = thin_model(tokenizer, model, shape)
+    # random prompts valid for the model and its tokenizer, as the campaign's (ModelFacts.prompt_vocab)
+    counted = subprocess.run([sys.executable, "-c", TOKENIZER_SIZE, str(model)], capture_output=True, text=True)
+    vocab = min(config["vocab_size"], int(counted.stdout.strip() or config["vocab_size"]))
     rows: dict[str, dict[int, dict]] = {}
     for name, spec in (("base", False), ("spec", True)):
         started = time.time()
         server = serve(model, spec, work / f"{shape}_thin_{name}.log")
         print(f"# {name}: ready in {time.time() - started:.0f} s", flush=True)
         try:
-            rows[name] = {c: figures(load(model, c, config["vocab_size"])) for c in levels}
+            rows[name] = {c: figures(load(model, c, vocab)) for c in levels}
         finally:
             os.killpg(server.pid, 15)
             server.wait(60)
