@@ -1,5 +1,6 @@
 """The all-reduce phase runs under the server's communication settings: a real torchrun of the
-bench (gloo and vLLM's shared-memory all-reduce on this CPU host) through `orchestrate resume`."""
+bench (gloo, and vLLM's shared-memory all-reduce where its CPU library for this CPU has one) through
+`orchestrate resume`."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ Launched with torchrun (one process a rank): NCCL on GPUs, gloo on CPU. For each
 then the median over repeats of (elapsed / iterations) for back-to-back all-reduces, each
 repeat started after a barrier. algbw = bytes / time; busbw = algbw x 2(n-1)/n (nccl-tests).
 
-On CPU, vLLM does not all-reduce through gloo: its workers use their own shared-memory
-all-reduce (`_C::shm_allreduce`). Where vLLM's CPU ops are importable, that op is set up the
+On CPU, vLLM's workers all-reduce through their own shared memory (`_C::shm_allreduce`) where
+vLLM's CPU library for the CPU has it (its AVX-512 builds; with the AVX2 one they use gloo, and the
+bench says why it timed no shm rows). Where it is there, that op is set up the
 way vLLM's CpuCommunicator does it, checked for a correct sum, and timed the same way
 (`vllm_shm_rows`), so the per-step prediction can use the path the server really takes.
 Rank 0 prints one JSON document.

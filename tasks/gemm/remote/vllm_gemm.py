@@ -145,7 +145,8 @@ def cpu_linear(weights):
     """The CPU GEMM vLLM's server runs for a bf16 linear layer, chosen as its CPU dispatch does
     (`dispatch_cpu_unquantized_gemm`): sgl's AMX `weight_packed_linear` for small weights on AMX
     CPUs, else oneDNN `onednn_mm` on a handler made from the weight. Returns (functions, kernel
-    name), or (None, why not) when vLLM's CPU ops are not importable."""
+    name), or (None, why not) when vLLM's CPU ops are not importable or, as on some AVX2 CPUs, the
+    oneDNN handler cannot be made (the server then runs torch's linear, as the caller does)."""
     try:
         import vllm._custom_ops as ops
         from vllm.model_executor.layers.utils import check_cpu_sgl_kernel
