@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.statefile import load_state  # noqa: E402
-from tasks.config import EMBEDDED_EXPERIMENTS, config_model  # noqa: E402
+from tasks.config import EMBEDDED_DEFAULT, config_model  # noqa: E402
 from tasks.decisions.ledger import share_of_tpot  # noqa: E402
 from tasks.decisions.record import make_record  # noqa: E402
 from tasks.decisions.rules import campaign_rules  # noqa: E402
@@ -91,7 +91,7 @@ def predictions_again(
         reports.mkdir()
         if ledger:
             shutil.copy(ledger, reports / "ledger.json")
-        document = tomllib.loads(config_file.read_text()) if config_file else {"experiments": EMBEDDED_EXPERIMENTS}
+        document = tomllib.loads(config_file.read_text()) if config_file else EMBEDDED_DEFAULT
         config = config_model(UNITS).model_validate(document)
         session = Session(config=config, state_path=state, reports_dir=reports, host_factory=lambda: None)
         findings = Findings(session, load_state(state), reports)

@@ -53,9 +53,13 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
                     f" against micro {fmt(first.latency_us, 1)} µs)"
                 )
         elif allreduce.backend == "gloo":
+            # vLLM's CPU workers fall back to torch.distributed over gloo where its CPU library has
+            # no shared-memory all-reduce (an AVX2 CPU) and across nodes: the micro's own backend.
+            why = next((run.vllm_shm_unavailable for run in allreduce.runs if run.vllm_shm_unavailable), None)
             note = (
-                "; the server does not use gloo (vLLM CPU uses its own shared-memory all-reduce,"
-                " not available on this host), so the micro figure bounds a gloo-based setup only"
+                f"; {why}: a traced call is its op and its wait for gloo's work, as the micro times it"
+                if why
+                else "; the micro figure is gloo's, not the all-reduce vLLM's CPU workers run"
             )
         else:
             note = ""
