@@ -59,7 +59,7 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
             note = (
                 f"; {why}: a traced call is its op and its wait for gloo's work, as the micro times it"
                 if why
-                else "; the micro figure is gloo's, not the all-reduce vLLM's CPU workers run"
+                else "; the micro figure is torch.distributed over gloo"
             )
         else:
             note = ""
