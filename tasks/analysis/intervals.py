@@ -85,16 +85,17 @@ def collective_waits(
     work_end = np.array([end for _, end in work])
     comm = np.array([classify(name) == Category.COMMUNICATION for name in columns.names] or [False], dtype=bool)
     tids = np.array([str(tid) for tid in columns.cpu_tid])
-    for thread in np.unique(tids[top]):
-        ops = np.nonzero(top & (tids == thread))[0]
-        ops = ops[np.argsort(ts[ops], kind="stable")]
-        next_start = np.append(ts[ops[1:]], np.inf)
-        for i, following in zip(ops, next_start, strict=True):
-            if not comm[names[i]]:
-                continue
-            j = int(np.searchsorted(work_start, ts[i], side="left"))
-            if j < len(work) and work_start[j] < following:
-                wait[i] = max(0.0, min(work_end[j], following) - (ts[i] + dur[i]))
+    ops = np.nonzero(top)[0]
+    ops = ops[np.lexsort((ts[ops], tids[ops]))]  # by thread, then start
+    same_thread = np.append(tids[ops[1:]] == tids[ops[:-1]], False)
+    following = np.where(same_thread, np.append(ts[ops[1:]], np.inf), np.inf)  # the thread's next op
+    chosen = comm[names[ops]]
+    ops, following = ops[chosen], following[chosen]
+    j = np.searchsorted(work_start, ts[ops], side="left")  # the first gloo work from the op's start
+    found = j < len(work)
+    j = np.minimum(j, len(work) - 1)
+    ends = np.minimum(work_end[j], following) - (ts[ops] + dur[ops])
+    wait[ops] = np.where(found & (work_start[j] < following), np.maximum(ends, 0.0), 0.0)
     return wait
 
 
