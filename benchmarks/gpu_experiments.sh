@@ -12,6 +12,7 @@
 #      MODE=measured: no auto, W4A16 then FP8 KV: the two whose every input the campaign measures before
 #      them, about 4 minutes less than all where device time is short)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
+#     (without SHAPE: the folder under WORK the campaign was last started in)
 #     (still running at SECONDS: OUT/partial.tar.gz, the todo file and log so far)
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
@@ -34,7 +35,7 @@ what=$1; WORK=$2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export PYTHONPATH="$ROOT:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-SHAPE=${SHAPE:-llama8b_bf16}; TAG=${SHAPE%_bf16}
+SHAPE_SET=${SHAPE:-}; SHAPE=${SHAPE:-llama8b_bf16}; TAG=${SHAPE%_bf16}
 # A bf16 shape gets its W4A16 twin for the int4 experiment; a shape quantized already
 # (kimik2_4layer_int4) has none, and the rules leave int4_weights out for it.
 QUANT=""; [ "$TAG" != "$SHAPE" ] && QUANT=${TAG}_w4a16
@@ -103,6 +104,10 @@ TOML
   exit 0
 fi
 OUT=$3; LIMIT=${4:-500}
+# a wait without SHAPE: the campaign last started under WORK (its folder's log is the newest)
+if [ -z "${SHAPE_SET:-}" ] && [ ! -f "$dir/campaign.log" ]; then
+  newest=$(ls -td "$WORK"/*_exp 2>/dev/null | head -1); [ -n "$newest" ] && dir=$newest && echo "waiting on $dir"
+fi
 end=$(( $(date +%s) + LIMIT ))
 running() { pgrep -f "[o]rchestrate resume" >/dev/null; }
 while running && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
