@@ -1,9 +1,9 @@
 """The campaign configuration (`campaign.toml`), assembled from the phase units' sections.
 
 `[campaign]` is the engine's part (name, phases, attempts); every other section belongs to the
-unit of the same name. Validated by pydantic, unknown keys rejected. With no file, every
-default together is the embedded default campaign: this machine, the generated tiny Llama,
-vLLM's CPU build at tensor-parallel 2.
+unit of the same name. Validated by pydantic, unknown keys rejected. With no file, the defaults
+with `EMBEDDED_DEFAULT` over them are the embedded default campaign: this machine, the generated
+tiny Llama, vLLM's CPU build at tensor-parallel 2, its two experiments, a lighter load.
 """
 
 from __future__ import annotations
