@@ -110,7 +110,8 @@ def half_tp_host_saving_ms(out: dict[str, float | None]) -> float | None:
     in 10 (median error 10.6%, against 60% with this assumed 0; in-sample:
     benchmarks/results/lower_tp_check_cpu.txt); not yet checked on a GPU. On a 2-core AVX2 host
     (gloo all-reduces, the traced wall above TPOT) it is 0, and the all-reduces' waits, counted as
-    communication (tasks/analysis/intervals.py), carry the prediction: 0.82 of the realised change."""
+    communication (tasks/analysis/intervals.py), carry the prediction: 0.73-0.98 of the realised change
+    over five runs (benchmarks/results/default_three_runs_2026-12-07_avx2.txt)."""
     tpot, wall = out.get("tpot_ms"), out.get("step_wall_ms")
     if out.get("tp") != 2 or tpot is None or wall is None:
         return None

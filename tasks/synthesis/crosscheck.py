@@ -54,7 +54,8 @@ def crosscheck_section(figures: KeyFigures, capture: CaptureManifest | None) -> 
                 )
         elif allreduce.backend == "gloo":
             # vLLM's CPU workers fall back to torch.distributed over gloo where its CPU library has
-            # no shared-memory all-reduce (an AVX2 CPU) and across nodes: the micro's own backend.
+            # no shared-memory all-reduce (an AVX2 CPU): the micro's own backend, and the bench says
+            # why; without that reason nothing is claimed about what the server runs.
             why = next((run.vllm_shm_unavailable for run in allreduce.runs if run.vllm_shm_unavailable), None)
             note = (
                 f"; {why}: a traced call is its op and its wait for gloo's work, as the micro times it"
