@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.predictions_again import predictions_again, summary_lines, table_lines  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
-RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy weights, TP 1, 2026-12-06
+RUNS = [  # (label, todo file, campaign config): H100 80GB unless the label says, vLLM 0.26, dummy weights, TP 1, 2026-12-06/07
     ("Llama-8B run 3", "h100_llama8b_run3_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
     ("Llama-8B run 4", "h100_llama8b_run4_todo.json.gz", "h100_llama8b_measured_experiments.toml"),
     ("Qwen3-MoE run 4", "h100_qwen3moe_run4_todo.json.gz", "h100_qwen3moe_all_experiments.toml"),
@@ -27,6 +27,8 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB, vLLM 0.26, dummy wei
     ("Kimi-K2 4-layer run 2", "h100_kimik2_run2_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Kimi-K2 4-layer run 3", "h100_kimik2_run3_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Kimi-K2 4-layer run 4", "h100_kimik2_run4_todo.json.gz", "h100_kimik2_all_experiments.toml"),
+    ("Qwen3-MoE H200 run 3", "h200_qwen3moe_run3_todo.json.gz", "h200_qwen3moe_auto_experiments.toml"),
+    ("Llama-8B run 5", "h100_llama8b_run5_todo.json.gz", "h100_llama8b_auto_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 

@@ -1,0 +1,67 @@
+"""Issue 31's must-show for the Llama-3.1-8B shape (bf16, dummy weights, TP 1, vLLM 0.26) with `auto` from a
+clean work folder, no ledger, at c = 1, 2 and 4 — on a lent H100 80GB (2026-12-07: the H200 asked for was not
+lent in two sessions' tries). `SHAPE=llama8b_bf16 GPU_MEM=0.6 benchmarks/gpu_experiments.sh start /tmp/work`
+with W4A16 listed; auto added the GPU n-gram drafter and left FP8 KV under its bar, so FP8 KV was listed after
+and `resume` ran only its experiment, on the decision record written before any experiment ran
+(tests/data/h100_llama8b_auto_experiments.toml). Real GPU measurements, re-read on CPU by
+benchmarks/predictions_again.py: every prediction made before its experiment ran."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.predictions_again import predictions_again  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rows():
+    record, rows = predictions_again(
+        DATA / "h100_llama8b_run5_todo.json.gz", DATA / "h100_llama8b_auto_experiments.toml"
+    )
+    assert record.concurrency == 1
+    return {(row.experiment, row.concurrency): row for row in rows}
+
+
+def _ratio(row) -> float:
+    return row.predicted_ms / row.realised.delta_ms
+
+
+def test_no_wrong_sign_and_every_row_but_one_edge_within_the_band(rows) -> None:
+    """W4A16 1.02 / 1.05 / 1.09, FP8 KV 0.86 / 1.03 / 1.255, the GPU drafter 1.14 / 1.15 / 1.18 at c = 1 / 2 / 4:
+    FP8 KV at c=4 just past 1.25 (-0.114 against -0.091 ms, 0.4% of the base's TPOT); the median error 13.7%,
+    over the issue's 10%, from the drafter's step cost (assumed 0: an upper bound on the change)."""
+    assert sorted(rows) == [(option, level) for option in sorted({o for o, _ in rows}) for level in (1, 2, 4)]
+    assert {option for option, _ in rows} == {"fp8_kv_cache", "int4_weights", "speculative_decoding_gpu"}
+    ratios = {key: _ratio(row) for key, row in rows.items()}
+    outside = {key for key, ratio in ratios.items() if not 0.8 <= ratio <= 1.25}
+    assert outside == {("fp8_kv_cache", 4)}, ratios
+    assert ratios[("fp8_kv_cache", 4)] < 1.26
+    assert not any(row.wrong_sign for row in rows.values())
+    assert 0.10 < statistics.median(abs(ratio - 1) for ratio in ratios.values()) < 0.15
+
+
+def test_the_miss_at_c4_names_the_measured_input_responsible(rows) -> None:
+    """FP8 KV's input is measured (the micro's FP8 cache write and attention a layer); its miss at c=4 is read
+    from that input, not from an assumption."""
+    row = rows[("fp8_kv_cache", 4)]
+    assert row.inputs == ""
+    assert "Responsible: kv_fp8_layer_delta_us." in row.why
+
+
+def test_the_drafters_step_cost_is_the_one_input_left_assumed(rows) -> None:
+    """As on the H200's Qwen3-MoE: from a clean folder the GPU drafter's step cost is assumed 0, so the
+    prediction is an upper bound, high at every level; W4A16 (Machete, dense) and FP8 KV assume nothing."""
+    for level in (1, 2, 4):
+        spec = rows[("speculative_decoding_gpu", level)]
+        assert spec.inputs.startswith("spec_gpu_step_extra_ms assumed")
+        assert spec.predicted_ms > spec.realised.delta_ms > 0
+        assert rows[("int4_weights", level)].inputs == ""
+        assert rows[("int4_weights", level)].realised.delta_ms > 2  # a saving (positive is faster): TPOT 6.4 -> 4.0 ms
