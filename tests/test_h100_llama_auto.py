@@ -9,25 +9,15 @@ benchmarks/predictions_again.py: every prediction made before its experiment ran
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.predictions_again import predictions_again  # noqa: E402
+from stored_runs import rows_by_level
 
 
 @pytest.fixture(scope="module")
 def rows():
-    record, rows = predictions_again(
-        DATA / "h100_llama8b_run5_todo.json.gz", DATA / "h100_llama8b_auto_experiments.toml"
-    )
-    assert record.concurrency == 1
-    return {(row.experiment, row.concurrency): row for row in rows}
+    return rows_by_level("h100_llama8b_run5_todo.json.gz", "h100_llama8b_auto_experiments.toml")
 
 
 def _ratio(row) -> float:

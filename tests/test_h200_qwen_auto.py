@@ -9,25 +9,15 @@ W4A16's sign wrong; this run, with the inputs measured, at 8.9% over 9 rows."""
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.predictions_again import predictions_again  # noqa: E402
+from stored_runs import rows_by_level
 
 
 @pytest.fixture(scope="module")
 def rows():
-    record, rows = predictions_again(
-        DATA / "h200_qwen3moe_run3_todo.json.gz", DATA / "h200_qwen3moe_auto_experiments.toml"
-    )
-    assert record.concurrency == 1
-    return {(row.experiment, row.concurrency): row for row in rows}
+    return rows_by_level("h200_qwen3moe_run3_todo.json.gz", "h200_qwen3moe_auto_experiments.toml")
 
 
 def test_every_row_within_the_band_no_wrong_sign_median_under_ten_percent(rows) -> None:
