@@ -11,7 +11,6 @@ from __future__ import annotations
 import statistics
 
 import pytest
-
 from stored_runs import rows_by_level
 
 
