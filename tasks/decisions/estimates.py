@@ -71,6 +71,7 @@ def rule_figures(figures: KeyFigures, assumptions: dict[str, float]) -> dict[str
     out["moe_w4a16_saving_ms_dense"] = 0.0 if out["moe_layers"] == 0 else None
     out["spec_replay_tokens_per_step"] = replayed_tokens_per_step(figures, assumptions)
     out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures)
+    out["spec_gpu_drafter_ms_micro"] = gpu_drafter_ms(figures, assumptions, figures.capture_concurrency)
     out.update(assumptions)
     return with_measured_in_place(out, assumptions)
 
@@ -134,6 +135,15 @@ def replayed_tokens_per_step(figures: KeyFigures, assumptions: dict[str, float])
         found = replay([(request.prompt, request.output) for request in kept], min_n, max_n, k)
         memo[(min_n, max_n, k)] = found.tokens_per_step if found else None
     return memo[(min_n, max_n, k)]
+
+
+def gpu_drafter_ms(figures: KeyFigures, assumptions: dict[str, float], sequences: float) -> float | None:
+    """The GPU drafter micro's ms a step at ``sequences``, timed with the drafter these rules apply
+    (prompt_lookup_min/max, spec_tokens); None where it did not run or drafted otherwise."""
+    settings = [assumptions.get(name) for name in ("prompt_lookup_min", "prompt_lookup_max", "spec_tokens")]
+    if figures.gemm is None or None in settings:
+        return None
+    return figures.gemm.drafter_ms(sequences, tuple(int(value) for value in settings))  # type: ignore[arg-type]
 
 
 def category_ms(figures: KeyFigures, category: str) -> float | None:

@@ -19,6 +19,7 @@ from tasks.decisions.estimates import (
     allreduce_figures,
     gemm_figures,
     gemm_ms_at,
+    gpu_drafter_ms,
     rule_figures,
     with_measured_in_place,
 )
@@ -88,6 +89,7 @@ def level_figures(
             scaled.append(name)
     sweep_context = figures.sweep.input_tokens + figures.sweep.output_tokens / 2 if figures.sweep else None
     out["kv_fp8_layer_delta_us_micro"] = kv_fp8_layer_delta_us(figures, now, sweep_context)
+    out["spec_gpu_drafter_ms_micro"] = gpu_drafter_ms(figures, assumptions, concurrency)
     for assumed in MEASURED_IN_PLACE:
         if assumed in assumptions:  # the capture's measurement does not stand at this level
             out[assumed] = assumptions[assumed]

@@ -85,6 +85,12 @@ FIGURES: dict[str, tuple[str, str]] = {
         "kv_fp8_overhead_us_per_layer - kv_read_ms x (1 - kv_fp8_bytes_ratio) x 1000 / layers",
         "(assumed)",
     ),
+    "spec_gpu_drafter_ms_micro": (
+        "vLLM's GPU n-gram drafter a step (its suffix search, launches included) over the single-stream"
+        " requests' recorded contexts, at the level's sequences: the part of the speculative step's extra"
+        " timed before the experiment (the rejection sampler and the host's input preparation are not)",
+        GEMM,
+    ),
     "spec_replay_tokens_per_step": (
         "tokens a speculative decode step yields, the n-gram drafter (spec_tokens, prompt_lookup_min/max)"
         " replayed over the single-stream requests' own outputs",
@@ -115,6 +121,7 @@ MEASURED_IN_PLACE: dict[str, tuple[str, ...]] = {
     "half_tp_host_saving_ms": ("half_tp_host_saving_ms_trace",),
     "spec_expected_tokens": ("spec_replay_tokens_per_step",),
     "kv_fp8_layer_delta_us": ("kv_fp8_layer_delta_us_micro",),
+    "spec_gpu_step_extra_ms": ("spec_gpu_drafter_ms_micro",),
 }
 """Assumptions the campaign measures where it can: the first of the measurements that has a value
 stands in the formula in the assumption's place, and the findings say so; the assumption is used

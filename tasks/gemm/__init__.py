@@ -6,6 +6,7 @@ from orchestrator.campaign import TaskSpec
 from tasks.gemm.config import GemmSection
 from tasks.gemm.results import GEMM_BENCH
 from tasks.host.results import HOST_FACTS
+from tasks.macro.results import MACRO_SINGLE
 from tasks.model.results import MODEL_FACTS
 from tasks.service.results import ACCELERATORS_FREE, SERVICE_READY
 from tasks.session import Session
@@ -17,14 +18,16 @@ def _specs(session: Session, enabled: frozenset[str]) -> list[TaskSpec]:
 
     # After the server ran (when it is part of the campaign): its log names the kernels to time.
     server = (SERVICE_READY,) if "service" in enabled else ()
+    # After the single stream (where it runs): the GPU drafter micro drafts over its recorded outputs.
+    single = (MACRO_SINGLE,) if "macro" in enabled else ()
     return [
         TaskSpec(
             GEMM_BENCH,
             "Microbenchmark the decode GEMMs at the model's per-rank shapes",
             "gemm",
             gemm_action(session),
-            depends_on=(HOST_FACTS, MODEL_FACTS, *server),
-            optional=(SERVICE_READY,),
+            depends_on=(HOST_FACTS, MODEL_FACTS, *server, *single),
+            optional=(SERVICE_READY, MACRO_SINGLE),
             needs=(ACCELERATORS_FREE,),
             inputs={"gemm": session.config.gemm.model_dump()},
         )

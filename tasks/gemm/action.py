@@ -13,6 +13,7 @@ from tasks.gemm.results import GemmResult
 from tasks.host.results import HOST_FACTS, HostFacts
 from tasks.host_json import run_json_script
 from tasks.macro.config import concurrency_levels
+from tasks.macro.results import MACRO_SINGLE
 from tasks.model.results import MODEL_FACTS
 from tasks.model.shapes import ModelShapes, model_shapes
 from tasks.service.config import ServiceSection
@@ -23,6 +24,10 @@ from tasks.session import Session
 REMOTE = Path(__file__).parent / "remote"
 GEMM_SCRIPT = REMOTE / "gemm_bench.py"
 KV_SCRIPT = REMOTE / "kv_bench.py"
+DRAFTER_SCRIPT = REMOTE / "ngram_gpu_bench.py"
+DRAFTER_SETTINGS = {"min_n": 2, "max_n": 4, "k": 3}
+"""The drafter `speculative_decoding_gpu` applies in the shipped rules (prompt_lookup_min/max,
+num_speculative_tokens: tasks/decisions/decision_rules.toml; a unit does not read the decisions)."""
 KV_BLOCK_SIZE = 16
 """vLLM's default KV-cache block size on CUDA (tokens a block)."""
 
@@ -106,6 +111,7 @@ def gemm_action(session: Session):
             progress=ctx.progress,
         )
         measured.update(kv_micro(ctx, session, host, shapes_model))
+        measured.update(drafter_micro(ctx, session, host))
         artifact = ctx.artifacts_dir / "gemm.json"
         write_atomic(artifact, json.dumps(measured, indent=1).encode())
         result = GemmResult.model_validate({**measured, "artifact": str(artifact)})
@@ -170,3 +176,35 @@ def kv_micro(ctx: TaskContext, session: Session, host: HostFacts, shapes_model: 
     timed = [row for row in rows if row.get("us") is not None]
     ctx.log(f"FP8 KV micro: {len(timed)} of {len(rows)} points timed")
     return {"kv_rows": rows}
+
+
+def drafter_micro(ctx: TaskContext, session: Session, host: HostFacts) -> dict:
+    """vLLM's GPU n-gram drafter a step over the single-stream requests' recorded contexts, at every
+    level the campaign serves (ngram_gpu_bench.py), with the shipped rules' drafter settings (each row
+    holds them; a decision record whose rules draft otherwise leaves the rows out): the part of the
+    `speculative_decoding_gpu` option's step cost measurable before its experiment. Where it cannot
+    run, the result says why and the option keeps its stated assumption."""
+    if host.accelerator != "cuda":
+        return {"drafter_not_measured": "the GPU n-gram drafter runs on CUDA only"}
+    single = ctx.optional_input(MACRO_SINGLE)
+    kept = single.token_ids if single else None
+    if not kept:
+        return {"drafter_not_measured": "macro_single recorded no token ids to draft over"}
+    macro, profile = session.config.macro, session.config.profile
+    spec = {
+        "contexts": [request.prompt + request.output for request in kept],
+        "sequences": sorted(set(concurrency_levels(macro.concurrency_max)) | {profile.concurrency}),
+        **DRAFTER_SETTINGS,
+    }
+    local = ctx.artifacts_dir / "drafter_spec.json"
+    write_atomic(local, json.dumps(spec).encode())
+    remote = f"{session.workdir}/gemm/drafter_spec.json"
+    session.host().put(local, remote)
+    try:
+        measured = run_json_script(session, DRAFTER_SCRIPT, [remote], timeout_s=600, progress=ctx.progress)
+    except TaskFailed as err:  # the GEMMs and the KV micro stand; the option stays assumed
+        ctx.log(f"GPU drafter micro failed: {err}")
+        return {"drafter_not_measured": f"ngram_gpu_bench.py failed on the host ({str(err)[:300]})"}
+    rows = measured.get("drafter_rows", [])
+    ctx.log(f"GPU drafter micro: {sum(row.get('us') is not None for row in rows)} of {len(rows)} levels timed")
+    return {"drafter_rows": rows}

@@ -123,6 +123,17 @@ def warm_layer_us(row: KvRow) -> float | None:
     return row.us
 
 
+class DrafterRow(Result):
+    """vLLM's GPU n-gram drafter a decode step at ``sequences`` sequences (ngram_gpu_bench.py)."""
+
+    sequences: int
+    min_n: int = Field(description="the drafter's shortest match (prompt_lookup_min)")
+    max_n: int = Field(description="its longest (prompt_lookup_max)")
+    k: int = Field(description="draft tokens a step (num_speculative_tokens)")
+    us: float | None = Field(None, description="the drafter's suffix search a step, its launches included")
+    skipped: str | None = None
+
+
 class GemmResult(Result):
     info: GemmInfo
     copy_ceiling_gbps: float = Field(description="a large device-to-device copy, read + write")
@@ -132,6 +143,23 @@ class GemmResult(Result):
         default_factory=list, description="the FP8 KV-cache micro (kv_bench.py): auto and fp8 at each point"
     )
     kv_not_measured: str | None = Field(None, description="why the FP8 KV-cache micro has no rows")
+    drafter_rows: list[DrafterRow] = Field(
+        default_factory=list, description="the GPU n-gram drafter (ngram_gpu_bench.py) at each level's sequences"
+    )
+    drafter_not_measured: str | None = Field(None, description="why the GPU drafter micro has no rows")
+
+    def drafter_ms(self, sequences: float, settings: tuple[int, int, int]) -> float | None:
+        """The GPU drafter's ms a step at ``sequences`` with ``settings`` (min_n, max_n, k): the nearest
+        point timed at or above, else the largest (its time is flat in the batch); None where no row
+        was timed with those settings."""
+        timed = sorted(
+            (row.sequences, row.us)
+            for row in self.drafter_rows
+            if row.us is not None and (row.min_n, row.max_n, row.k) == settings
+        )
+        if not timed:
+            return None
+        return next((us for n, us in timed if n >= sequences), timed[-1][1]) / 1000
 
 
 GEMM_BENCH = TaskRef("gemm_bench", GemmResult)

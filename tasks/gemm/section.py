@@ -108,6 +108,22 @@ def gemm_section(findings: Findings) -> str:
         )
         + noise_note(gemm)
         + kv_section(gemm)
+        + drafter_line(gemm)
+    )
+
+
+def drafter_line(gemm: GemmResult) -> str:
+    """The GPU n-gram drafter micro: one line, its time a step at each level (CUDA hosts only; elsewhere
+    nothing, as the option it feeds does not apply)."""
+    timed = [row for row in gemm.drafter_rows if row.us is not None]
+    if not timed:
+        skipped = next((row.skipped for row in gemm.drafter_rows if row.skipped), None)
+        return f"\n**GPU n-gram drafter micro**: not timed ({skipped}).\n" if skipped else ""
+    points = ", ".join(f"{row.us:.1f} µs at {row.sequences} sequence(s)" for row in timed)
+    return (
+        f"\n**GPU n-gram drafter micro** (vLLM's ngram_gpu suffix search a step over the single stream's recorded"
+        f" contexts, launches included: the part of `spec_gpu_step_extra_ms` timed before the experiment, the rejection"
+        f" sampler and the host's input preparation left out): {points}.\n"
     )
 
 
