@@ -20,7 +20,8 @@ from stored_runs import DATA, ROOT
 
 from benchmarks.predictions_again import predictions_again
 from tasks.decisions.vocabulary import provenance
-from tasks.gemm.results import DrafterRow, GemmResult
+from tasks.gemm.results import DrafterRow, GemmInfo, GemmResult
+from tasks.gemm.section import drafter_line
 
 RUN5_DRAFTER_US = {1: 735.9, 2: 774.3, 4: 756.7}  # the H100's ngram_gpu search a step, at 1, 2 and 4 sequences
 
@@ -93,3 +94,16 @@ def test_the_micro_script_says_why_it_timed_nothing_on_a_host_without_cuda(tmp_p
         return
     assert [(row["sequences"], row["k"]) for row in answer["drafter_rows"]] == [(1, 3), (2, 3)]
     assert all(row["skipped"].startswith("CUDA only") and "us" not in row for row in answer["drafter_rows"])
+
+
+def test_the_gemm_section_names_the_drafters_time_or_why_it_has_none() -> None:
+    cuda = GemmInfo.model_construct(device="cuda", torch="2.11", device_name="NVIDIA H100 80GB HBM3", threads=1)
+    rows = [DrafterRow(sequences=n, min_n=2, max_n=4, k=3, us=us) for n, us in RUN5_DRAFTER_US.items()]
+    line = drafter_line(GemmResult.model_construct(info=cuda, drafter_rows=rows, drafter_not_measured=None))
+    assert "735.9 µs at 1 sequence(s), 774.3 µs at 2 sequence(s), 756.7 µs at 4 sequence(s)" in line
+    why = "macro_single recorded no token ids to draft over"
+    none = GemmResult.model_construct(info=cuda, drafter_rows=[], drafter_not_measured=why)
+    assert drafter_line(none) == f"\n**GPU n-gram drafter micro**: not timed ({why}).\n"
+    cpu = GemmInfo.model_construct(device="cpu", torch="2.11", device_name="cpu", threads=1)
+    on_cpu = GemmResult.model_construct(info=cpu, drafter_rows=[], drafter_not_measured="runs on CUDA only")
+    assert drafter_line(on_cpu) == ""  # the option it feeds does not apply on CPU

@@ -113,12 +113,12 @@ def gemm_section(findings: Findings) -> str:
 
 
 def drafter_line(gemm: GemmResult) -> str:
-    """The GPU n-gram drafter micro: one line, its time a step at each level (CUDA hosts only; elsewhere
-    nothing, as the option it feeds does not apply)."""
+    """The GPU n-gram drafter micro: one line, its time a step at each level, or why it has none (CUDA
+    hosts only; elsewhere nothing, as the option it feeds does not apply)."""
     timed = [row for row in gemm.drafter_rows if row.us is not None]
     if not timed:
-        skipped = next((row.skipped for row in gemm.drafter_rows if row.skipped), None)
-        return f"\n**GPU n-gram drafter micro**: not timed ({skipped}).\n" if skipped else ""
+        why = next((row.skipped for row in gemm.drafter_rows if row.skipped), gemm.drafter_not_measured)
+        return f"\n**GPU n-gram drafter micro**: not timed ({why}).\n" if why and gemm.info.device == "cuda" else ""
     points = ", ".join(f"{row.us:.1f} µs at {row.sequences} sequence(s)" for row in timed)
     return (
         f"\n**GPU n-gram drafter micro** (vLLM's ngram_gpu suffix search a step over the single stream's recorded"
