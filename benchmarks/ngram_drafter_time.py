@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 MIN_N, MAX_N, K = 2, 4, 3  # the shipped rules' drafter (tasks/decisions/decision_rules.toml)
 REPEATS = 2000
 
@@ -63,25 +65,16 @@ def cpu_drafter_us(batch: list[list[int]]) -> float | None:
 
 
 def gpu_drafter_us(batch: list[list[int]]) -> float | None:
+    """The micro phase's own timing (tasks/gemm/remote/ngram_gpu_bench.py), where a GPU is here."""
     import torch
 
     if not torch.cuda.is_available():
         return None
     from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
 
-    find = NgramGPUKernel._find_first_and_extract_all_n_parallel
-    width = max(map(len, batch))
-    ids = torch.tensor([tokens + [0] * (width - len(tokens)) for tokens in batch], device="cuda")
-    lengths = torch.tensor([len(tokens) for tokens in batch], device="cuda")
-    for _ in range(20):
-        find(None, ids, lengths, MIN_N, MAX_N, K)
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(REPEATS // 4):
-        find(None, ids, lengths, MIN_N, MAX_N, K)
-    end.record()
-    torch.cuda.synchronize()
-    return begin.elapsed_time(end) / (REPEATS // 4) * 1000
+    from tasks.gemm.remote.ngram_gpu_bench import drafter_us
+
+    return drafter_us(NgramGPUKernel._find_first_and_extract_all_n_parallel, batch, MIN_N, MAX_N, K, REPEATS // 4)
 
 
 def realised_extra_ms(ledger: Path | None) -> dict[str, list[float]]:
