@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tasks" / "gemm" / "remote"))
 
 MIN_N, MAX_N, K = 2, 4, 3  # the shipped rules' drafter (tasks/decisions/decision_rules.toml)
 REPEATS = 2000
@@ -70,9 +70,8 @@ def gpu_drafter_us(batch: list[list[int]]) -> float | None:
 
     if not torch.cuda.is_available():
         return None
+    from ngram_gpu_bench import drafter_us  # a remote script: its folder's modules import one another
     from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
-
-    from tasks.gemm.remote.ngram_gpu_bench import drafter_us
 
     return drafter_us(NgramGPUKernel._find_first_and_extract_all_n_parallel, batch, MIN_N, MAX_N, K, REPEATS // 4)
 

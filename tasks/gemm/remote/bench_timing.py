@@ -8,10 +8,28 @@ decodes (launch overhead out of the figure); eager launches are the fallback. On
 perf_counter around a batch of calls. Each figure is the median over repeats.
 """
 
+import argparse
+import json
 import statistics
 import time
 
 import torch
+
+
+def cuda_micro_start(default_repeats, on_cpu):
+    """A CUDA-only micro's start: its spec (the JSON file named on the command line) and --repeats,
+    what it runs on, and, where there is no CUDA, ``on_cpu``: why it times nothing."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spec")
+    parser.add_argument("--repeats", type=int, default=default_repeats)
+    args = parser.parse_args()
+    with open(args.spec) as handle:
+        spec = json.load(handle)
+    info = {"device": "cuda" if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
+    if not torch.cuda.is_available():
+        return spec, args.repeats, info, on_cpu
+    info["device_name"] = torch.cuda.get_device_name()
+    return spec, args.repeats, info, None
 
 
 def timer(device):

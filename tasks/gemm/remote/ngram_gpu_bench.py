@@ -18,10 +18,10 @@ reproduced, so the prediction it feeds stays an upper bound on the gain, tighter
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
+from bench_timing import cuda_micro_start
 
 
 def drafter_us(find, batch: list[list[int]], min_n: int, max_n: int, k: int, repeats: int) -> float:
@@ -40,18 +40,8 @@ def drafter_us(find, batch: list[list[int]], min_n: int, max_n: int, k: int, rep
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("spec")
-    parser.add_argument("--repeats", type=int, default=500)
-    args = parser.parse_args()
-    with open(args.spec) as handle:
-        spec = json.load(handle)
-    info = {"device": "cuda" if torch.cuda.is_available() else "cpu", "torch": torch.__version__}
-    skipped = None
-    if not torch.cuda.is_available():
-        skipped = "CUDA only: the GPU n-gram drafter runs on a GPU"
-    else:
-        info["device_name"] = torch.cuda.get_device_name()
+    spec, repeats, info, skipped = cuda_micro_start(500, "CUDA only: the GPU n-gram drafter runs on a GPU")
+    if skipped is None:
         try:
             from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
 
@@ -66,7 +56,7 @@ def main() -> None:
             continue
         batch = (spec["contexts"] * sequences)[:sequences]
         try:
-            row["us"] = drafter_us(find, batch, spec["min_n"], spec["max_n"], spec["k"], args.repeats)
+            row["us"] = drafter_us(find, batch, spec["min_n"], spec["max_n"], spec["k"], repeats)
         except Exception as err:  # noqa: BLE001 - the row says why
             row["skipped"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         rows.append(row)
