@@ -29,6 +29,9 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB unless the label says
     ("Kimi-K2 4-layer run 4", "h100_kimik2_run4_todo.json.gz", "h100_kimik2_all_experiments.toml"),
     ("Qwen3-MoE H200 run 3", "h200_qwen3moe_run3_todo.json.gz", "h200_qwen3moe_auto_experiments.toml"),
     ("Llama-8B run 5", "h100_llama8b_run5_todo.json.gz", "h100_llama8b_auto_experiments.toml"),
+    # the first two whose micro phase timed the GPU drafter before its experiment
+    ("Llama-8B run 6", "h100_llama8b_run6_todo.json.gz", "h100_llama8b_run6_auto_experiments.toml"),
+    ("Llama-8B run 7", "h100_llama8b_run7_todo.json.gz", "h100_llama8b_run7_spec_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 
