@@ -4,7 +4,12 @@ spread of the realised change between repeated campaigns of one configuration.""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -224,3 +229,30 @@ def test_two_campaigns_of_one_checkpoint_from_different_work_folders_are_repeats
     other.change = "model /tmp/work/models/llama8b_awq"
     [repeated] = [line for line in summary_lines([first, second, other]) if line.startswith("repeated:")]
     assert "2 campaigns" in repeated and "+2.451 to +2.467 ms" in repeated
+
+
+def test_a_regenerated_report_says_its_records_are_in_the_ledger_already(tmp_path) -> None:
+    """`orchestrate report` a second time adds nothing (the records are there), and its line says so
+    instead of "0 record(s) added", which read as if the experiments had left no record. Llama-8B run 6's
+    todo file as the H100 left it (three experiments)."""
+    root = Path(__file__).resolve().parent.parent
+    state = tmp_path / "todo.json"
+    state.write_bytes(gzip.decompress((root / "tests/data/h100_llama8b_run6_todo.json.gz").read_bytes()))
+    config = root / "tests/data/h100_llama8b_run6_auto_experiments.toml"
+
+    def report() -> str:
+        subprocess.run(
+            [sys.executable, "-m", "orchestrate", "--config", str(config), "--state", str(state)]
+            + ["--reports", str(tmp_path / "reports"), "report"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+        )
+        text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
+        return next(line for line in text.splitlines() if line.startswith("Ledger: "))
+
+    assert "(3 record(s) added by this document;" in report()
+    assert len(json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]) == 3
+    again = report()
+    assert "(3 record(s) of this campaign's experiments, 0 added by this document, the rest by an earlier" in again
+    assert len(json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]) == 3

@@ -144,9 +144,15 @@ def experiments_section(findings: Findings) -> str:
             + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none")
             + ".\n"
         )
-    added = _ledger(findings, record, [v for v in found if v.complete])
+    mine, added = _ledger(findings, record, [v for v in found if v.complete])
+    where = (
+        f"{added} record(s) added by this document"
+        if added == mine
+        else f"{mine} record(s) of this campaign's experiments, {added} added by this document, the rest by an earlier"
+        " report of this campaign"
+    )
     text += (
-        f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({added} record(s) added by this document;"
+        f"\nLedger: [{LEDGER_NAME}](../{LEDGER_NAME}) ({where};"
         " `orchestrate ledger` prints every verified option with the median error).\n"
     )
     return text + ("\n" + sweep if (sweep := sweep_section(findings, rules)) else "")
@@ -196,7 +202,9 @@ ELIGIBLE = (
 )
 
 
-def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> int:
+def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification]) -> tuple[int, int]:
+    """This campaign's records and how many of them are new to the ledger: a report regenerated
+    (`orchestrate report`, a resume after the last task) finds them there already."""
 
     mine = identity(findings)
     todos = findings.state.by_id()
@@ -249,4 +257,4 @@ def _ledger(findings: Findings, record: DecisionRecord, found: list[Verification
         )
     new = new_records(findings.session.reports_dir / LEDGER_NAME, records) if records else []
     findings.outputs.ledger.extend(new)  # appended by the document's writer (tasks/findings.py)
-    return len(new)
+    return len(records), len(new)
