@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from stored_runs import DATA, ROOT, report, stored_state
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.predictions_again import predictions_again  # noqa: E402
+from benchmarks.predictions_again import predictions_again
 
 CONFIG = DATA / "h200_qwen3moe_experiments.toml"
 
@@ -28,17 +23,7 @@ CONFIG = DATA / "h200_qwen3moe_experiments.toml"
 def _calibration_lines(tmp_path: Path, todo: str, config: str) -> dict[str, str]:
     """The findings regenerated from a stored todo file (`orchestrate report`): each experiment's
     calibration line, by experiment."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    state = tmp_path / "todo.json"
-    state.write_bytes(gzip.decompress((DATA / todo).read_bytes()))
-    subprocess.run(
-        [sys.executable, "-m", "orchestrate", "--config", str(DATA / config), "--state", str(state)]
-        + ["--reports", str(tmp_path / "reports"), "report"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-    )
-    text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
+    text = report(stored_state(todo, tmp_path), config, tmp_path / "reports")
     lines = {line.split("**")[1]: line for line in text.splitlines() if line.startswith("- **") and "` `" not in line}
     return {name: line for name, line in lines.items() if "calibrated" in line and "prediction" in line}
 

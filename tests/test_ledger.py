@@ -4,14 +4,11 @@ spread of the realised change between repeated campaigns of one configuration.""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from stored_runs import report, stored_state
 
 from tasks.decisions.ledger import LedgerRecord, LevelOutcome, summary_lines
 
@@ -235,24 +232,15 @@ def test_a_regenerated_report_says_its_records_are_in_the_ledger_already(tmp_pat
     """`orchestrate report` a second time adds nothing (the records are there), and its line says so
     instead of "0 record(s) added", which read as if the experiments had left no record. Llama-8B run 6's
     todo file as the H100 left it (three experiments)."""
-    root = Path(__file__).resolve().parent.parent
-    state = tmp_path / "todo.json"
-    state.write_bytes(gzip.decompress((root / "tests/data/h100_llama8b_run6_todo.json.gz").read_bytes()))
-    config = root / "tests/data/h100_llama8b_run6_auto_experiments.toml"
+    state = stored_state("h100_llama8b_run6_todo.json.gz", tmp_path)
+    reports = tmp_path / "reports"
 
-    def report() -> str:
-        subprocess.run(
-            [sys.executable, "-m", "orchestrate", "--config", str(config), "--state", str(state)]
-            + ["--reports", str(tmp_path / "reports"), "report"],
-            cwd=root,
-            check=True,
-            capture_output=True,
-        )
-        text = next((tmp_path / "reports").glob("*/findings.md")).read_text()
+    def ledger_line() -> str:
+        text = report(state, "h100_llama8b_run6_auto_experiments.toml", reports)
         return next(line for line in text.splitlines() if line.startswith("Ledger: "))
 
-    assert "(3 record(s) added by this document;" in report()
+    assert "(3 record(s) added by this document;" in ledger_line()
     assert len(json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]) == 3
-    again = report()
+    again = ledger_line()
     assert "(3 record(s) of this campaign's experiments, 0 added by this document, the rest by an earlier" in again
     assert len(json.loads((tmp_path / "reports" / "ledger.json").read_text())["records"]) == 3

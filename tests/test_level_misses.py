@@ -5,20 +5,14 @@ tasks/decisions/formula.py's value_for). Real H100 campaigns (tests/data, re-rea
 
 from __future__ import annotations
 
-import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from stored_runs import DATA, ROOT, report, stored_state
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.predictions_again import predictions_again  # noqa: E402
-from tasks.decisions.formula import evaluate, value_for  # noqa: E402
+from benchmarks.predictions_again import predictions_again
+from tasks.decisions.formula import evaluate, value_for
 
 
 def test_value_for_solves_each_input_alone_and_says_when_none_reaches_the_target() -> None:
@@ -72,28 +66,20 @@ def test_the_findings_carry_the_line_when_the_record_holds_each_levels_inputs(tm
     """`orchestrate report` on run 6 with its decision record made by today's code (a record stored
     before the per-level inputs has none, and its findings say nothing more): the experiments section
     lists the FP8 c=2 miss with its input."""
-    state = tmp_path / "todo.json"
-    state.write_bytes(gzip.decompress((DATA / "h100_qwen3moe_run6_todo.json.gz").read_bytes()))
-    config = DATA / "h100_qwen3moe_auto_experiments.toml"
+    state = stored_state("h100_qwen3moe_run6_todo.json.gz", tmp_path)
+    config = "h100_qwen3moe_auto_experiments.toml"
 
-    def report() -> str:
-        subprocess.run(
-            [sys.executable, "-m", "orchestrate", "--config", str(config), "--state", str(state)]
-            + ["--reports", str(tmp_path / "reports"), "report"],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
-        return next((tmp_path / "reports").glob("*/findings.md")).read_text()
+    def findings() -> str:
+        return report(state, config, tmp_path / "reports")
 
-    assert "- **fp8_kv_cache, c=2**" not in report()
-    record = predictions_again(state, config)[0]  # the record made again by today's code
+    assert "- **fp8_kv_cache, c=2**" not in findings()
+    record = predictions_again(state, DATA / config)[0]  # the record made again by today's code
     document = json.loads(state.read_text())
     todo = next(t for t in document["todos"] if t["id"] == "decision_record")
     assert "inputs" not in todo["result"]["levels"][1]
     todo["result"] = json.loads(record.model_dump_json())
     state.write_text(json.dumps(document))
-    text = report()
+    text = findings()
     line = next(line for line in text.splitlines() if line.startswith("- **fp8_kv_cache, c=2**"))
     assert "kv_fp8_layer_delta_us 3.688 → 2.6 (-30%)" in line
     assert "Where a level other than the capture's (c=1) misses" in text
