@@ -47,6 +47,8 @@ def test_server_killed_mid_sweep_fails_the_level_and_resume_relaunches_and_compl
         model = "{tiny_model}"
         port = {port}
         ready_deadline_s = 600
+        # the fault handling is the point, not the compile: eager, the first start took ~30 s instead of 59
+        extra_args = ["--enforce-eager"]
         [macro]
         output_tokens = 32
         single_stream_requests = 2
