@@ -8,10 +8,13 @@ benchmarks/predictions_again.py: every prediction made before its experiment ran
 
 from __future__ import annotations
 
+import re
 import statistics
 
 import pytest
-from stored_runs import rows_by_level
+from stored_runs import DATA, report, rows_by_level, stored_state
+
+from benchmarks.predictions_again import predictions_again
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +57,23 @@ def test_the_drafters_step_cost_is_the_one_input_left_assumed(rows) -> None:
         assert spec.predicted_ms > spec.realised.delta_ms > 0
         assert rows[("int4_weights", level)].inputs == ""
         assert rows[("int4_weights", level)].realised.delta_ms > 2  # a saving (positive is faster): TPOT 6.4 -> 4.0 ms
+
+
+def test_the_assumed_zero_step_cost_says_where_the_gain_would_vanish(tmp_path) -> None:
+    """An assumption of 0 has no half or double: the findings give the step cost at which the predicted gain is
+    0 instead, here tpot_ms x (spec_expected_tokens - 1) - spec_verify_extra_ms (the formula solved by hand, with
+    tpot_growth_ms 0), 15.01 ms against the 1.868 the experiment measured: the advice stands."""
+    text = report(
+        stored_state("h100_llama8b_run5_todo.json.gz", tmp_path), "h100_llama8b_auto_experiments.toml", tmp_path / "r"
+    )
+    inputs = predictions_again(DATA / "h100_llama8b_run5_todo.json.gz", DATA / "h100_llama8b_auto_experiments.toml")[0]
+    spec = inputs.option("speculative_decoding_gpu").inputs
+    assert spec["spec_gpu_step_extra_ms"] == 0 and spec["tpot_growth_ms"] == 0
+    by_hand = spec["tpot_ms"] * (spec["spec_expected_tokens"] - 1) - spec["spec_verify_extra_ms"]
+    line = re.search(
+        r"spec_gpu_step_extra_ms = 0 \(assumed, so its half and double are 0 too\): the predicted change is 0 at spec_gpu_step_extra_ms = ([\d.]+)",
+        text,
+    )
+    assert line, text
+    assert float(line[1]) == pytest.approx(by_hand, abs=0.01)
+    assert 14.9 < by_hand < 15.1

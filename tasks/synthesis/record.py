@@ -13,7 +13,7 @@ from orchestrator.schema import Status
 from tasks.decisions.decide import Option
 from tasks.decisions.estimates import rule_figures
 from tasks.decisions.figures import KeyFigures
-from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
+from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms, value_for
 from tasks.decisions.ledger import ledger_history
 from tasks.decisions.record import predictions_by_level
 from tasks.decisions.rules import Rules
@@ -29,7 +29,8 @@ ASSUMPTION_USERS = {
 
 
 def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
-    """The option's predicted gain with each assumption it depends on at half and double."""
+    """The option's predicted gain with each assumption it depends on at half and double; for an
+    assumption of 0, the value at which the predicted change is 0."""
 
     lines = []
     measured = rule_figures(figures, rules.assumptions)
@@ -43,7 +44,15 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
             values = rule_figures(figures, rules.assumptions | {name: value * factor})
             gains.append(fmt_ms(evaluate(option.gain_formula, values)))
         if gains[0] == gains[1]:
-            continue  # it cannot change this gain here (a MoE term on a dense model)
+            # an assumed 0 (a cost no micro times) has no half or double: where the gain reads it directly, the
+            # value at which the predicted change is 0 says how large that cost would have to be to cancel it
+            even = value_for(option.gain_formula, measured, name, 0.0) if not value and name in option.inputs else None
+            if even is not None:
+                lines.append(
+                    f"{name} = {fmt_figure(value)} (assumed, so its half and double are 0 too): the predicted"
+                    f" change is 0 at {name} = {fmt_figure(even)}"
+                )
+            continue  # else it cannot change this gain here (a MoE term on a dense model)
         lines.append(f"{name} = {fmt_figure(value)} (assumed): {gains[0]} ms at half, {gains[1]} ms at double")
     return lines
 
