@@ -39,20 +39,22 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
             continue  # measured here: no sensitivity to an assumption the formula does not use
         if name not in option.inputs and not set(ASSUMPTION_USERS.get(name, ())) & set(option.inputs):
             continue
-        gains = []
-        for factor in (0.5, 2.0):
-            values = rule_figures(figures, rules.assumptions | {name: value * factor})
-            gains.append(fmt_ms(evaluate(option.gain_formula, values)))
-        if gains[0] == gains[1]:
+        if not value:
             # an assumed 0 (a cost no micro times) has no half or double: where the gain reads it directly, the
             # value at which the predicted change is 0 says how large that cost would have to be to cancel it
-            even = value_for(option.gain_formula, measured, name, 0.0) if not value and name in option.inputs else None
+            even = value_for(option.gain_formula, measured, name, 0.0) if name in option.inputs else None
             if even is not None:
                 lines.append(
                     f"{name} = {fmt_figure(value)} (assumed, so its half and double are 0 too): the predicted"
                     f" change is 0 at {name} = {fmt_figure(even)}"
                 )
-            continue  # else it cannot change this gain here (a MoE term on a dense model)
+            continue
+        gains = []
+        for factor in (0.5, 2.0):
+            values = rule_figures(figures, rules.assumptions | {name: value * factor})
+            gains.append(fmt_ms(evaluate(option.gain_formula, values)))
+        if gains[0] == gains[1]:
+            continue  # it cannot change this gain here (a MoE term on a dense model)
         lines.append(f"{name} = {fmt_figure(value)} (assumed): {gains[0]} ms at half, {gains[1]} ms at double")
     return lines
 
