@@ -143,7 +143,7 @@ def test_an_option_with_no_default_change_needs_one_from_the_user(tmp_path: Path
 def test_experiments_become_todos_after_the_decision_record(tmp_path: Path) -> None:
     (tmp_path / "campaign.toml").write_text(
         '[[experiments]]\noption = "fp8_kv_cache"\n\n[[experiments]]\noption = "speculative_decoding"\n'
-        'name = "ngram5"\nextra_args = ["--speculative-config", \'{"method": "ngram", "num_speculative_tokens": 5}\']\n'
+        'name = "ngram3"\nextra_args = ["--speculative-config", \'{"method": "ngram", "num_speculative_tokens": 3}\']\n'
         'capture = false\nserving = "single"\n'
     )
     assert run_cli(["init"], tmp_path, timeout=60).returncode == 0
@@ -159,7 +159,28 @@ def test_experiments_become_todos_after_the_decision_record(tmp_path: Path) -> N
         "exp_fp8_kv_cache_profile_capture",
         "exp_fp8_kv_cache_analysis_breakdown",
     ]
-    assert [t for t in todos if t.startswith("exp_ngram5_")] == ["exp_ngram5_service_ready", "exp_ngram5_macro_single"]
+    assert [t for t in todos if t.startswith("exp_ngram3_")] == ["exp_ngram3_service_ready", "exp_ngram3_macro_single"]
+
+
+def test_a_drafter_of_other_settings_needs_the_rules_to_say_them_too(tmp_path: Path) -> None:
+    """A k = 5 n-gram experiment under rules that predict k = 3 is refused (the ledger would record a miss that is
+    none); a copy of the rules with spec_tokens = 5 is refused too until its own applies draft 5, then takes it."""
+    experiment = (
+        '[[experiments]]\noption = "speculative_decoding"\nname = "ngram5"\nextra_args = ["--speculative-config",'
+        ' \'{"method": "ngram", "num_speculative_tokens": 5}\']\n'
+    )
+    (tmp_path / "campaign.toml").write_text(experiment)
+    refused = run_cli(["init"], tmp_path, timeout=60)
+    assert refused.returncode == 2 and "spec_tokens = 3" in refused.stderr and "make the two equal" in refused.stderr
+    assert not (tmp_path / "state").exists()
+    copy = RULES_PATH.read_text().replace("spec_tokens = 3 ", "spec_tokens = 5 ")
+    (tmp_path / "r.toml").write_text(copy)
+    (tmp_path / "campaign.toml").write_text('[campaign]\ndecision_rules = "r.toml"\n' + experiment)
+    half_done = run_cli(["init"], tmp_path, timeout=60)
+    assert half_done.returncode == 2 and "option 'speculative_decoding' key 'apply.extra_args'" in half_done.stderr
+    (tmp_path / "r.toml").write_text(copy.replace('"num_speculative_tokens": 3', '"num_speculative_tokens": 5'))
+    assert run_cli(["init"], tmp_path, timeout=60).returncode == 0
+    assert load_rules(tmp_path / "r.toml").assumptions["spec_tokens"] == 5
 
 
 def test_json_in_a_launch_command_passes_as_written() -> None:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import statistics
 
 import pytest
-from stored_runs import DATA, rows_by_level
+from stored_runs import DATA, report, rows_by_level, stored_state
 
 from benchmarks.predictions_again import predictions_again
 from tasks.decisions.vocabulary import provenance
@@ -77,3 +78,36 @@ def test_a_second_clean_campaign_repeats_the_drafters_row(run6, run7) -> None:
         assert 1.0 < _ratio(seven) < 1.12
         assert seven.predicted_ms == pytest.approx(six.predicted_ms, rel=0.005)
         assert seven.realised.delta_ms == pytest.approx(six.realised.delta_ms, rel=0.02)
+
+
+def test_the_drafters_settings_are_settings_and_the_unused_assumptions_say_so(tmp_path) -> None:
+    """spec_tokens and prompt_lookup_min/max are what the experiment applies (its --speculative-config), so the
+    decision record lists them apart from the assumptions; an assumption whose figure the campaign measured says
+    it was not used; the GPU drafter's gain at another spec_tokens keeps the drafter's measured step cost (timed
+    at k = 3 only) instead of falling back to the assumed 0, so it lies below the CPU drafter's line (assumed 0)
+    by that cost over the tokens a step yields: between 0.6547 / (k + 1) and 0.6547 ms."""
+    text = report(
+        stored_state("h100_llama8b_run6_todo.json.gz", tmp_path),
+        "h100_llama8b_run6_auto_experiments.toml",
+        tmp_path / "r",
+    )
+    assumptions, settings = re.search(
+        r"Assumptions, stated and editable in the rules file: (.*?)\. The n-gram drafter's settings, which its experiments apply \(not assumptions\): (.*?)\. ",
+        text,
+    ).groups()
+    assert settings == "spec_tokens = 3, prompt_lookup_min = 2, prompt_lookup_max = 4"
+    assert "spec_tokens" not in assumptions and "prompt_lookup" not in assumptions
+    assert "kv_fp8_overhead_us_per_layer = 2 (not used: kv_fp8_layer_delta_us_micro measured here)" in assumptions
+    assert "spec_gpu_step_extra_ms = 0 (not used: spec_gpu_drafter_ms_micro measured here)" in assumptions
+    assert re.search(r"spec_step_extra_ms = 0(,|$)", assumptions)  # the CPU drafter's step cost: no micro, used
+    lines = re.findall(
+        r"spec_tokens = 3 \(setting: the drafter's, which its experiment applies\): ([+-][\d.]+) ms at spec_tokens"
+        r" = 2, ([+-][\d.]+) ms at 6(, spec_gpu_step_extra_ms held at its measurement at spec_tokens = 3)?",
+        text,
+    )
+    assert len(lines) == 2, lines
+    gpu = next(line for line in lines if line[2])
+    cpu = next(line for line in lines if not line[2])
+    for k, index in ((2, 0), (6, 1)):
+        below = float(cpu[index]) - float(gpu[index])
+        assert 0.6547 / (k + 1) - 0.002 <= below <= 0.6547 + 0.002, (k, below)

@@ -169,6 +169,19 @@ CASES = [
     ),
     (
         "decision rules",
+        "apply drafts otherwise than the settings",
+        {
+            "r.toml": rules(
+                '"ngram_gpu", "num_speculative_tokens": 3, "prompt_lookup_max": 4',
+                '"ngram_gpu", "num_speculative_tokens": 3, "prompt_lookup_max": 6',
+            )
+        },
+        ["init"],
+        "option 'speculative_decoding_gpu' key 'apply.extra_args': its --speculative-config sets prompt_lookup_max 6"
+        " against prompt_lookup_max = 4 in [assumptions]",
+    ),
+    (
+        "decision rules",
         "id twice",
         {"r.toml": SHIPPED + OPTION.format(gain="1").replace('"x"', '"lower_tp"', 1)},
         ["init"],
@@ -273,6 +286,18 @@ CASES = [
         {"campaign.toml": QUICK + '[[experiments]]\noption = "lower_t"\n'},
         ["init"],
         "'lower_t' is not an option",
+    ),
+    (
+        "campaign.toml",
+        "experiment drafts otherwise than the rules",
+        {
+            "campaign.toml": QUICK
+            + '[[experiments]]\noption = "speculative_decoding"\nextra_args = ["--speculative-config",'
+            + ' \'{"method": "ngram", "num_speculative_tokens": 5}\']\n'
+        },
+        ["init"],
+        "field 'experiments.0.extra_args': its --speculative-config sets num_speculative_tokens 5 against"
+        " spec_tokens = 3 in decision_rules.toml's [assumptions]",
     ),
     (
         "campaign.toml",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.errors import InputError
 from orchestrator.tomlfile import read_toml
+from tasks.decisions.drafter_settings import drafter_mismatch
 from tasks.decisions.formula import formula_names, unknown_name
 from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, FIGURES, variant_names
 
@@ -137,6 +138,12 @@ def check_vocabulary(path: Path, parsed: RulesFile) -> None:
                 )
             for unknown in sorted(formula_names(path, where, expression) - base - variant_names()):
                 raise unknown_name(path, where, unknown, base | variant_names())
+        if option.apply is not None and (mismatch := drafter_mismatch(option.apply.extra_args, parsed.assumptions)):
+            raise InputError(
+                f"{path}: option '{option.id}' key 'apply.extra_args': its --speculative-config sets {mismatch}"
+                " in [assumptions], so the prediction would describe another drafter than the experiment runs;"
+                " make the two equal"
+            )
         if option.apply is not None and isinstance(option.apply.tensor_parallel, str):
             where = f"option '{option.id}' key 'apply.tensor_parallel'"
             for unknown in sorted(formula_names(path, where, option.apply.tensor_parallel) - {"tp"}):

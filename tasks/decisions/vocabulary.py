@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tasks.allreduce.results import ALLREDUCE_BENCH
 from tasks.analysis.results import ANALYSIS_BREAKDOWN
+from tasks.decisions.drafter_settings import SETTINGS
 from tasks.gemm.results import GEMM_BENCH
 from tasks.host.results import HOST_FACTS
 from tasks.macro.results import MACRO_SINGLE, MACRO_SWEEP
@@ -128,6 +129,10 @@ stands in the formula in the assumption's place, and the findings say so; the as
 only where none is measured."""
 
 
+SETTING = "setting: the drafter's, which its experiment applies"
+"""The provenance of a drafter setting (drafter_settings.SETTINGS): chosen, not assumed."""
+
+
 def measured_by(name: str, figures: dict[str, float | None]) -> str | None:
     """The measurement standing in for the assumption ``name`` (None: not measured here)."""
     return next((figure for figure in MEASURED_IN_PLACE.get(name, ()) if figures.get(figure) is not None), None)
@@ -140,7 +145,8 @@ def provenance(
     name: str, figures: dict[str, float | None], assumptions: dict[str, float], earlier: dict[str, str] | None = None
 ) -> str:
     """Where a formula input came from: measured by this campaign (by which todo), by an earlier
-    campaign (its ledger record), or assumed (the rules file)."""
+    campaign (its ledger record), a drafter setting its experiment applies, or assumed (the rules
+    file)."""
     measurement = measured_by(name, figures)
     if measurement is not None:
         assumed = assumptions.get(name)
@@ -150,6 +156,8 @@ def provenance(
         return f"measured: {FIGURES[measurement][1]}, in place of {instead}"
     if earlier and name in earlier:
         return f"earlier record: {earlier[name]} (same hardware, shape and vLLM)"
+    if name in SETTINGS and name in assumptions:
+        return SETTING
     if name in assumptions:
         return "assumed"
     if name in DERIVED_FROM_ASSUMPTIONS:

@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.errors import InputError
 from tasks.decisions.apply import rule_change
 from tasks.decisions.decide import Decision, ShortOf
+from tasks.decisions.drafter_settings import drafter_mismatch
 from tasks.decisions.rules import session_rules
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.config import GRID_OPTION, Change, Experiment
@@ -84,6 +85,12 @@ def _resolve(session: Session) -> tuple[list[Experiment], dict[str, Experiment],
             raise InputError(
                 f"{session.config_file}: field 'experiments.{index}': option '{entry.option}' has no default"
                 f" change ({why}); give extra_args, env, model or tensor_parallel"
+            )
+        if mismatch := drafter_mismatch(change.extra_args, rules.assumptions):
+            raise InputError(
+                f"{session.config_file}: field 'experiments.{index}.extra_args': its --speculative-config sets"
+                f" {mismatch} in {rules.path.name}'s [assumptions], so the prediction would describe another"
+                " drafter than this experiment runs; make the two equal (campaign.decision_rules names your copy)"
             )
         explicit.append(Experiment(entry.name or entry.option, entry.option, change, entry.capture, entry.serving))
     names = [e.name for e in explicit]

@@ -17,7 +17,7 @@ from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms, value_for
 from tasks.decisions.ledger import ledger_history
 from tasks.decisions.record import predictions_by_level
 from tasks.decisions.rules import Rules
-from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, provenance
+from tasks.decisions.vocabulary import DERIVED_FROM_ASSUMPTIONS, MEASURED_IN_PLACE, SETTING, measured_by, provenance
 from tasks.synthesis.snapshot import comparison_table, load_snapshot, snapshot, workload_metrics
 from tasks.view import Findings, fmt
 
@@ -35,9 +35,14 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     lines = []
     measured = rule_figures(figures, rules.assumptions)
     for name, value in rules.assumptions.items():
-        if provenance(name, measured, rules.assumptions, rules.earlier) != "assumed":
+        origin = provenance(name, measured, rules.assumptions, rules.earlier)
+        if origin not in ("assumed", SETTING):
             continue  # measured here: no sensitivity to an assumption the formula does not use
         if name not in option.inputs and not set(ASSUMPTION_USERS.get(name, ())) & set(option.inputs):
+            continue
+        if origin == SETTING:
+            line = setting_sensitivity(figures, rules, option, name, value, measured)
+            lines += [line] if line else []
             continue
         if not value:
             # an assumed 0 (a cost no micro times) has no half or double: where the gain reads it directly, the
@@ -59,6 +64,39 @@ def sensitivity(figures: KeyFigures, rules: Rules, option: Option) -> list[str]:
     return lines
 
 
+def setting_sensitivity(
+    figures: KeyFigures, rules: Rules, option: Option, name: str, value: float, measured: dict[str, float | None]
+) -> str:
+    """The option's predicted gain with a drafter setting at half and double (whole numbers): what
+    another setting would buy, not how wrong a guess could be. The replay and the verify GEMMs are
+    computed again at each; a micro timed only at the setting applied (the GPU drafter's) holds its
+    value there, and the line says so, rather than falling back to its assumption."""
+    gains, held = [], set()
+    settings = (max(1, round(value / 2)), round(value * 2))
+    for setting in settings:
+        values = rule_figures(figures, rules.assumptions | {name: float(setting)})
+        for assumed in MEASURED_IN_PLACE:
+            if measured_by(assumed, measured) and not measured_by(assumed, values) and assumed in option.inputs:
+                values[assumed] = measured[assumed]
+                held.add(assumed)
+        gains.append(fmt_ms(evaluate(option.gain_formula, values)))
+    if gains[0] == gains[1]:
+        return ""
+    kept = f", {' and '.join(sorted(held))} held at its measurement at {name} = {fmt_figure(value)}" if held else ""
+    return (
+        f"{name} = {fmt_figure(value)} ({SETTING}): {gains[0]} ms at {name} = {settings[0]},"
+        f" {gains[1]} ms at {settings[1]}{kept}"
+    )
+
+
+def measured_instead(assumption: str, values: dict[str, float | None]) -> str:
+    """The figure(s) this campaign measured where the rules would read ``assumption`` (itself, or
+    every figure computed from it), so the formulas do not use it here; "" where one still does."""
+    users = (assumption,) if assumption in MEASURED_IN_PLACE else ASSUMPTION_USERS.get(assumption, ())
+    found = [measured_by(user, values) for user in users]
+    return " and ".join(f for f in found if f) if found and all(found) else ""
+
+
 def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], findings: Findings) -> str:
     """The options ranked by predicted TPOT change, each with its formula, inputs and the
     clause that decided it; every assumption with its sensitivity, each option's ledger history."""
@@ -78,7 +116,14 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
         ]
         for o in record
     ]
-    assumed = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items() if k not in rules.earlier)
+    origins = {k: provenance(k, values, rules.assumptions, rules.earlier) for k in rules.assumptions}
+    assumed = ", ".join(
+        f"{k} = {fmt_figure(v)}"
+        + (f" (not used: {used} measured here)" if (used := measured_instead(k, values)) else "")
+        for k, v in rules.assumptions.items()
+        if k not in rules.earlier and origins[k] != SETTING
+    )
+    settings = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items() if origins[k] == SETTING)
     # an earlier record's value this campaign measured itself does not stand: not listed
     earlier = {
         k: where
@@ -95,7 +140,13 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
         f"Rules: `{rules.path.name}` (`when` decides whether an option applies, `gain_ms` predicts the TPOT"
         f" it saves from this campaign's figures). Predictions are against TPOT {fmt(tpot, 3)} ms"
         f" (c={figures.capture_concurrency}, no profiler); a positive change is faster. Assumptions, stated"
-        f" and editable in the rules file: {assumed}. Options that compromise precision are rejected"
+        f" and editable in the rules file: {assumed}."
+        + (
+            f" The n-gram drafter's settings, which its experiments apply (not assumptions): {settings}."
+            if settings
+            else ""
+        )
+        + " Options that compromise precision are rejected"
         " whatever they buy; the gain is still shown.\n\n"
         + md_table(["rank", "option", "predicted ΔTPOT ms", "% of TPOT", "formula and inputs", "decision"], rows)
         + "\nWhy each option could help, what its prediction rests on (each stated assumption at half and"
