@@ -13,7 +13,8 @@
 #      them, about 4 minutes less than all where device time is short)
 #   benchmarks/gpu_experiments.sh wait WORK OUT SECONDS   waits for it, then packs OUT/experiments.tar.gz
 #     (without SHAPE: the folder under WORK the campaign was last started in)
-#     (still running at SECONDS: OUT/partial.tar.gz, the todo file and log so far)
+#     (still running at SECONDS: OUT/partial.tar.gz, the todo file and log so far; its pack step runs
+#      benchmarks that import vLLM: give it the PYTHONPATH start had, or they print ModuleNotFoundError)
 #
 # SHAPE=qwen3moe_bf16 (default llama8b_bf16): the Qwen3-30B-A3B shape, with FP8 KV and W4A16
 # (qwen3moe_w4a16: Marlin MoE, needs the payload's c3) listed and auto adding the rest;

@@ -32,6 +32,8 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB unless the label says
     # the first two whose micro phase timed the GPU drafter before its experiment
     ("Llama-8B run 6", "h100_llama8b_run6_todo.json.gz", "h100_llama8b_run6_auto_experiments.toml"),
     ("Llama-8B run 7", "h100_llama8b_run7_todo.json.gz", "h100_llama8b_run7_spec_experiments.toml"),
+    # the first MoE campaign whose micro phase timed the GPU drafter (MODE=spec)
+    ("Qwen3-MoE run 7", "h100_qwen3moe_run7_todo.json.gz", "h100_qwen3moe_run7_spec_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 

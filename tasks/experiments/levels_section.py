@@ -70,8 +70,9 @@ def levels_table(found: list[Verification], record: DecisionRecord) -> str:
     return text
 
 
-def misses(check: LevelCheck) -> bool:
-    """Outside the realised interval and outside the band (or the wrong sign)."""
+def misses(check: LevelCheck | Verification) -> bool:
+    """Outside the realised interval and outside the band (or the wrong sign): a level's check, or an
+    experiment's own (its capture's level)."""
     real = check.realised
     if check.predicted_ms is None or real.delta_ms is None or real.low_ms is None or real.high_ms is None:
         return False

@@ -7,19 +7,49 @@ from datetime import UTC, datetime
 from orchestrator.report import md_table
 from orchestrator.schema import Status
 from tasks.decisions.earlier import identity
-from tasks.decisions.formula import fmt_figure, fmt_ms
+from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_records
 from tasks.decisions.rules import campaign_rules
 from tasks.decisions.vocabulary import provenance
 from tasks.experiments.chain import chain_ids
 from tasks.experiments.kernel_moves import idle_moves_note, kernel_moves_note
 from tasks.experiments.kv_kernels import kv_kernel_note
-from tasks.experiments.levels_section import levels_table
+from tasks.experiments.levels_section import levels_table, misses
 from tasks.experiments.plan import configured, experiments_run
 from tasks.experiments.results import DECISION_RECORD, DecisionRecord
 from tasks.experiments.sweep_section import sweep_section
 from tasks.experiments.verify import Verification, variant_findings, verify
 from tasks.view import Findings, fmt
+
+
+def read_before(name: str, measured: float, figures: dict[str, float | None]) -> str:
+    """What the prediction read for an input the experiment measured, where it differs."""
+    before = figures.get(name)
+    if before is None or fmt_figure(before) == fmt_figure(measured):
+        return ""
+    return f" (the prediction read {fmt_figure(before)})"
+
+
+def responsible_input(v: Verification, figures: dict[str, float | None]) -> str:
+    """Where the prediction misses (outside the realised interval and the 0.8-1.25 band): the measured
+    input that alone, at the experiment's value with every other input as the prediction read it, comes
+    closest to the realised change — the one the miss is put down to."""
+    real = v.realised
+    if v.predicted_ms is None or real.delta_ms is None or v.ratio is None or not misses(v):
+        return ""
+    alone = {
+        name: evaluate(v.formula, figures | {name: value})
+        for name, value in v.measured_inputs.items()
+        if value is not None and figures.get(name) is not None and fmt_figure(figures[name]) != fmt_figure(value)
+    }
+    alone = {name: ms for name, ms in alone.items() if ms is not None}
+    if not alone:
+        return ""
+    name = min(alone, key=lambda n: abs(alone[n] - real.delta_ms))  # type: ignore[operator]
+    return (
+        f"; the input responsible for the miss: {name} (with the experiment's value alone, the prediction would"
+        f" have been {fmt_ms(alone[name])} ms)"
+    )
 
 
 def verifications(findings: Findings, rules: object) -> tuple[DecisionRecord | None, list[Verification]]:
@@ -107,14 +137,18 @@ def experiments_section(findings: Findings) -> str:
     text += "\nCalibration, per formula:\n\n"
     for v in found:
         measured = (
-            ", ".join(f"{k} = {fmt_figure(value)}" for k, value in v.measured_inputs.items() if value is not None)
+            ", ".join(
+                f"{k} = {fmt_figure(value)}" + read_before(k, value, record.figures)
+                for k, value in v.measured_inputs.items()
+                if value is not None
+            )
             or "nothing"
         )
         assumed = (", ".join(f"{k} (assumed)" for k in v.still_assumed)) or "no assumption left"
         line = (
             f"- **{v.experiment.name}** `{v.formula}`: measured {measured}; {assumed}; prediction"
             f" {fmt_ms(v.predicted_ms)} ms → calibrated {fmt_ms(v.calibrated_ms)} ms against realised"
-            f" {fmt_ms(v.realised.delta_ms)} ms"
+            f" {fmt_ms(v.realised.delta_ms)} ms" + responsible_input(v, record.figures)
         )
         spec = v.variant_figures.get("x_spec_mean_acceptance_length")
         drafts = v.variant_figures.get("x_spec_drafts")
