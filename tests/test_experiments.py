@@ -23,7 +23,9 @@ from orchestrator.runner import Runner
 from orchestrator.schema import Status
 from orchestrator.statefile import load_state
 from tasks.decisions.rules import RULES_PATH, load_rules
-from tasks.experiments.verify import Realised, verdict
+from tasks.experiments.config import Change, Experiment
+from tasks.experiments.section import responsible_input
+from tasks.experiments.verify import Realised, Verification, verdict
 from tasks.macro.metrics import spec_decode_view
 from tasks.service.launch import fill_placeholders
 
@@ -566,3 +568,21 @@ def test_an_experiment_stays_by_its_own_todo_ids_not_by_a_prefix_another_shares(
     grown = {spec.id for spec in build_campaign(session, UNITS).grow(load_state(state_path))}  # type: ignore[misc]
     assert "exp_speculative_decoding_gpu_service_ready" in grown  # the one the record chose stays
     assert not [i for i in grown if cpu_drafters(i)]
+
+
+def test_a_miss_is_put_down_to_the_measured_input_that_closes_most_of_it() -> None:
+    """gain = a - b: predicted 2.0 (a = 3, b = 1), realised 1.0 [0.95, 1.05]. The experiment measured b = 1.9
+    (alone: 1.1, closes 90% of the gap) and a = 2.5 (alone: 1.5, 50%): b is named. Measured a alone (b as read)
+    that closes only 40% of a gap names nothing: no one input explains most of it."""
+    real = Realised(5.0, 4.0, 1.0, 0.95, 1.05, "5 runs")
+
+    def check(measured: dict[str, float]) -> str:
+        v = Verification(Experiment("x", "x", Change()), 2.0, 40.0, "prioritised", "a - b", real, "", 2.0)
+        v.measured_inputs = measured
+        return responsible_input(v, {"a": 3.0, "b": 1.0})
+
+    assert "responsible for the miss: b (with the experiment's value alone, the prediction would have been +1.100" in (
+        check({"a": 2.5, "b": 1.9})
+    )
+    assert check({"a": 2.6}) == ""
+    assert check({"a": 2.5}) != ""  # exactly half the gap: named
