@@ -125,11 +125,7 @@ def decision_section(figures: KeyFigures, rules: Rules, record: list[Option], fi
     )
     settings = ", ".join(f"{k} = {fmt_figure(v)}" for k, v in rules.assumptions.items() if origins[k] == SETTING)
     # an earlier record's value this campaign measured itself does not stand: not listed
-    earlier = {
-        k: where
-        for k, where in rules.earlier.items()
-        if not provenance(k, values, rules.assumptions, rules.earlier).startswith("measured")
-    }
+    earlier = {k: where for k, where in rules.earlier.items() if not origins[k].startswith("measured")}
     if earlier:
         assumed += "; measured by an earlier campaign's experiment on the same hardware, shape and vLLM instead: " + (
             ", ".join(f"{k} = {fmt_figure(rules.assumptions[k])} ({where})" for k, where in earlier.items())
