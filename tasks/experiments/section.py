@@ -38,11 +38,12 @@ def responsible_input(v: Verification, figures: dict[str, float | None]) -> str:
     if v.predicted_ms is None or real.delta_ms is None or v.ratio is None or not misses(v):
         return ""
     alone = {
-        name: evaluate(v.formula, figures | {name: value})
+        name: ms
         for name, value in v.measured_inputs.items()
-        if value is not None and figures.get(name) is not None and fmt_figure(figures[name]) != fmt_figure(value)
+        if value is not None
+        and read_before(name, value, figures)  # the experiment moved it
+        and (ms := evaluate(v.formula, figures | {name: value})) is not None
     }
-    alone = {name: ms for name, ms in alone.items() if ms is not None}
     if not alone:
         return ""
     name = min(alone, key=lambda n: abs(alone[n] - real.delta_ms))  # type: ignore[operator]
