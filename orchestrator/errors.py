@@ -39,6 +39,13 @@ class TaskFailed(OrchestrateError):
         self.output_tail = output_tail
 
 
+class RunKilled(TaskFailed):
+    """A `torchrun` on one node of several lost a rank to a signal, or vanished whole without
+    the exit status its wrapper writes (its processes were killed: seen once in CI on the two
+    namespace nodes, cause not found). Run once more by `crashed_rank_policy`, as a single-host
+    run whose rank died from a signal is."""
+
+
 class InputError(OrchestrateError):
     """Bad user input: config, state file, trace, model config. Nothing on disk was changed."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import paramiko
 import tenacity
 
-from orchestrator.errors import CommandFailed, HostError, HostKeyError
+from orchestrator.errors import CommandFailed, HostError, HostKeyError, RunKilled
 
 RECONNECT_ATTEMPTS = 12
 
@@ -82,23 +82,26 @@ RANK_KILLED = re.compile(r"Signal \d+ \(SIG\w+\) received by PID")
 
 
 def _rank_killed_by_signal(error: BaseException) -> bool:
+    if isinstance(error, RunKilled):
+        return True
     return isinstance(error, CommandFailed) and bool(RANK_KILLED.search(error.stderr + error.stdout))
 
 
 def _killed_how(error: BaseException | None) -> str:
+    if isinstance(error, RunKilled):
+        return str(error)
     found = RANK_KILLED.search(error.stderr + error.stdout) if isinstance(error, CommandFailed) else None
-    return found[0].removesuffix(" received by PID") if found else "?"
+    return f"{found[0].removesuffix(' received by PID') if found else '?'}: a rank died from a signal"
 
 
 def crashed_rank_policy(say: Callable[[str], None]) -> tenacity.Retrying:
     """A `torchrun` whose rank died from a signal runs once more (seen once in about a dozen runs
-    of the CPU all-reduce bench: rank 0 SIGABRT, no Python error); a rank that exits with an
-    error is not retried, and a second death fails the task as before."""
+    of the CPU all-reduce bench: rank 0 SIGABRT, no Python error), and so does a run across nodes
+    that lost a rank to a signal or vanished (``RunKilled``); a rank that exits with an error is
+    not retried, and a second death fails the task as before."""
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception(_rank_killed_by_signal),
         stop=tenacity.stop_after_attempt(2),
-        before_sleep=lambda state: say(
-            f"{_killed_how(state.outcome.exception())}: a rank died from a signal; running it once more"
-        ),
+        before_sleep=lambda state: say(f"{_killed_how(state.outcome.exception())}; running it once more"),
         reraise=True,
     )

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import TaskFailed, tail_lines
+from orchestrator.errors import RunKilled, TaskFailed, tail_lines
+from orchestrator.retry import RANK_KILLED
 from tasks.host_json import last_json
 from tasks.session import Node, Session
 
@@ -120,9 +121,12 @@ def wait_all(session: Session, runs: list[NodeRun], timeout_s: float) -> None:
                 continue
             if status or not host.group_pids(run.pid):
                 why = f"exited with status {status}" if status else "vanished without an exit status"
-                raise TaskFailed(
+                tail = tail_lines(host.read_text(run.log, 200_000), 30)
+                # A rank killed by a signal, or the whole run killed (no status): run once more.
+                error = RunKilled if not status or RANK_KILLED.search(tail) else TaskFailed
+                raise error(
                     f"the all-reduce run on {run.node.label} {why}; the other nodes' runs were stopped",
-                    output_tail=tail_lines(host.read_text(run.log, 200_000), 30),
+                    output_tail=tail,
                 )
         if pending and time.monotonic() > deadline:
             names = ", ".join(run.node.label for run in pending.values())

@@ -52,11 +52,12 @@ def bench(
     log: Callable[[str], None],
 ) -> dict:
     """One run of the bench at the server's layout: on the host (its sizes shown as they are
-    timed), or across every node (detached on each: no progress lines)."""
-    if session.multi_node:
-        return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
+    timed), or across every node (detached on each: no progress lines). Either runs once more
+    when a rank died from a signal."""
     for attempt in crashed_rank_policy(log):
         with attempt:
+            if session.multi_node:
+                return run_across_nodes(session, ALLREDUCE_SCRIPT, args, tp, env, timeout_s=1800, tag=tag)
             return run_json_script(
                 session,
                 ALLREDUCE_SCRIPT,
