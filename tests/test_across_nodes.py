@@ -70,5 +70,5 @@ def test_a_node_run_that_exits_with_an_error_is_not_run_again(tmp_path: Path) ->
 
 def test_a_node_run_whose_rank_died_from_a_signal_runs_again(tmp_path: Path) -> None:
     aborted = started(tmp_path, 1, "echo 'Signal 6 (SIGABRT) received by PID 4242'; exit 1")
-    with pytest.raises(RunKilled, match="exited with status 1"):
+    with pytest.raises(RunKilled, match=r"exited with status 1 \(Signal 6 \(SIGABRT\): a rank died from a signal\)"):
         wait_all(nodes(), [aborted], timeout_s=30)

@@ -122,8 +122,11 @@ def wait_all(session: Session, runs: list[NodeRun], timeout_s: float) -> None:
             if status or not host.group_pids(run.pid):
                 why = f"exited with status {status}" if status else "vanished without an exit status"
                 tail = tail_lines(host.read_text(run.log, 200_000), 30)
+                signalled = RANK_KILLED.search(tail)
+                if signalled:
+                    why += f" ({signalled[0].removesuffix(' received by PID')}: a rank died from a signal)"
                 # A rank killed by a signal, or the whole run killed (no status): run once more.
-                error = RunKilled if not status or RANK_KILLED.search(tail) else TaskFailed
+                error = RunKilled if not status or signalled else TaskFailed
                 raise error(
                     f"the all-reduce run on {run.node.label} {why}; the other nodes' runs were stopped",
                     output_tail=tail,
