@@ -120,7 +120,9 @@ if running; then
   tar -czf "$OUT/partial.tar.gz" -C "$dir" state/todo.json campaign.log 2>/dev/null; exit 0
 fi
 echo "campaign finished"; grep -aE "^\[.*(completed|failed|error|grew)" "$dir/campaign.log" | tail -40
-pack="$WORK/pack"; mkdir -p "$pack"
+# one pack folder a shape, emptied first: a second shape's campaign on the same machine must not
+# send back the first one's traces and probes as its own
+pack="$WORK/pack_$TAG"; rm -rf "$pack"; mkdir -p "$pack"
 cp "$dir"/reports/*-experiments*/findings.md "$dir/state/todo.json" "$dir/campaign.log" "$dir/reports/ledger.json" "$pack/" 2>/dev/null
 for f in "$dir"/state/host/service/*.log; do tail -c 30000 "$f" > "$pack/$(basename "$f").tail"; done
 # rank 0's trace of the base and of each variant (3-5 MB each on the Qwen3-MoE shape): the breakdown

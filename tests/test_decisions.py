@@ -134,7 +134,8 @@ DECISION_CASES = [
     # the CPU drafter's measured step cost is not the GPU drafter's: 10 - (10 + 0.5 + 0.3) / 2
     ("speculative_decoding_gpu", {"spec_step_extra_ms": 2.5, "spec_gpu_step_extra_ms": 0.3}, "prioritised", "", 4.6),
     ("int4_weights", {}, "rejected", "compromises precision; not adopted whatever it buys (predicted +2.000 ms", 2.0),
-    ("int4_weights", {"quantized": 1}, "rejected", "compromises precision", 2.0),
+    # a model already int4 has no W4A16 trade to reject: the option does not apply (the Kimi-K2 shape)
+    ("int4_weights", {"quantized": 1}, "not applicable", "quantized == 0 (quantized = 1) is false", 2.0),
     ("fp8_kv_cache", {}, "rejected", "(predicted +0.536 ms (+5.4% of TPOT))", 0.536),
     # At short context the KV bytes saved are less than what quantising them costs: slower.
     (

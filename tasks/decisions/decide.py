@@ -97,13 +97,15 @@ def decide(figures: dict[str, float | None], rules: Rules) -> list[Option]:
             if option.gain_ms is not None and option.gain_pct is not None
             else ""
         )
-        if option.compromises_precision:
+        # Applicability first: an option that cannot apply (W4A16 on a model already int4) is no
+        # precision trade, and its gain (a prediction for a change that cannot be made) is no advice.
+        if applies.value is False:
+            option.decision, option.reason = Decision.NOT_APPLICABLE, f"{applies.clause} is false"
+        elif option.compromises_precision:
             option.decision = Decision.REJECTED
             option.reason = "compromises precision; not adopted whatever it buys" + (
                 f" ({predicted})" if predicted else ""
             )
-        elif applies.value is False:
-            option.decision, option.reason = Decision.NOT_APPLICABLE, f"{applies.clause} is false"
         elif option.gain_ms is None:
             option.decision = Decision.LEFT_TO_INVESTIGATE
             option.reason = "not measured here: " + ", ".join(missing or ["a figure of its formula"])
