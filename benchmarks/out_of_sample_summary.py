@@ -34,6 +34,9 @@ RUNS = [  # (label, todo file, campaign config): H100 80GB unless the label says
     ("Llama-8B run 7", "h100_llama8b_run7_todo.json.gz", "h100_llama8b_run7_spec_experiments.toml"),
     # the first MoE campaign whose micro phase timed the GPU drafter (MODE=spec)
     ("Qwen3-MoE run 7", "h100_qwen3moe_run7_todo.json.gz", "h100_qwen3moe_run7_spec_experiments.toml"),
+    # 2026-12-07, a later session (the H200 asked for came as an H100): auto from clean folders on ebbec9d
+    ("Llama-8B run 8", "h100_llama8b_run8_todo.json.gz", "h100_llama8b_run6_auto_experiments.toml"),
+    ("Kimi-K2 4-layer run 5", "h100_kimik2_run5_todo.json.gz", "h100_kimik2_run5_auto_experiments.toml"),
 ]
 BAND = (0.8, 1.25)
 
