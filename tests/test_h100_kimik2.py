@@ -281,3 +281,9 @@ def test_w4a16_on_a_model_already_int4_does_not_apply(tmp_path: Path) -> None:
     row = next(line for line in text.splitlines() if line.startswith("| - | W4A16 weights where the model runs bf16 |"))
     assert "**not applicable**: quantized == 0 (quantized = 1) is false" in row
     assert "compromises precision" not in row
+    # What `auto` could not apply lists only what the stored record (written on the device before the
+    # experiments, by ebbec9d, which still had W4A16 "rejected") says applies: not lower_tp, the all-reduce
+    # setting or rank alignment at TP 1. A record written by today's code leaves W4A16 out too.
+    line = next(line for line in text.splitlines() if "cannot apply by configuration" in line)
+    assert "Options that apply here but that it cannot apply by configuration: int4_weights:" in line
+    assert not any(name in line for name in ("lower_tp", "allreduce_implementation", "rank_alignment"))

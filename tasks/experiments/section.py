@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 from orchestrator.report import md_table
 from orchestrator.schema import Status
+from tasks.decisions.decide import Decision
 from tasks.decisions.earlier import identity
 from tasks.decisions.formula import evaluate, fmt_figure, fmt_ms
 from tasks.decisions.ledger import LEDGER_NAME, LedgerRecord, LevelOutcome, new_records
@@ -176,10 +177,16 @@ def experiments_section(findings: Findings) -> str:
         moves = [kernel_moves_note(findings, variant), idle_moves_note(findings, variant)]
         text += line + "".join(f"; {note}" for note in [*v.notes, *_trace_change(v), kernels, *moves] if note) + ".\n"
     if candidates or not_applicable:
+        # Only the options this campaign's record says apply: what a W4A16 checkpoint would need is no
+        # advice for a model already int4, nor halving TP at TP 1.
+        unreachable = {
+            k: why
+            for k, why in not_applicable.items()
+            if (option := record.option(k)) is None or option.decision != Decision.NOT_APPLICABLE
+        }
         text += (
-            f'\n`experiments = "auto"` ran {ELIGIBLE}. Options it cannot apply by configuration: '
-            + ("; ".join(f"{k}: {why}" for k, why in not_applicable.items()) or "none")
-            + ".\n"
+            f'\n`experiments = "auto"` ran {ELIGIBLE}. Options that apply here but that it cannot apply by'
+            " configuration: " + ("; ".join(f"{k}: {why}" for k, why in unreachable.items()) or "none") + ".\n"
         )
     mine, added = _ledger(findings, record, [v for v in found if v.complete])
     where = (
